@@ -1,0 +1,328 @@
+package fleetwave
+
+import "time"
+
+// ItemStatus is the state of an item (DESIGN §2).
+type ItemStatus string
+
+// Item states.
+const (
+	ItemPending    ItemStatus = "pending"
+	ItemInProgress ItemStatus = "in_progress"
+	ItemCompleted  ItemStatus = "completed"
+	ItemFailed     ItemStatus = "failed"
+	ItemRetrying   ItemStatus = "retrying"
+	ItemBlocked    ItemStatus = "blocked"
+	ItemAmbiguous  ItemStatus = "ambiguous"
+	ItemSkipped    ItemStatus = "skipped"
+)
+
+func (s ItemStatus) String() string { return string(s) }
+
+// Active reports whether an item in this state still occupies its block
+// instance (at most one active item per instance).
+func (s ItemStatus) Active() bool {
+	switch s {
+	case ItemPending, ItemInProgress, ItemRetrying, ItemAmbiguous:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether the item will not change any more by itself.
+func (s ItemStatus) Terminal() bool {
+	switch s {
+	case ItemCompleted, ItemFailed, ItemBlocked, ItemSkipped:
+		return true
+	}
+	return false
+}
+
+// RolloutStatus is the state of a rollout.
+type RolloutStatus string
+
+// Rollout states.
+const (
+	RolloutActive    RolloutStatus = "active"
+	RolloutPaused    RolloutStatus = "paused"
+	RolloutBlocked   RolloutStatus = "blocked"
+	RolloutCompleted RolloutStatus = "completed"
+	RolloutCancelled RolloutStatus = "cancelled"
+)
+
+func (s RolloutStatus) String() string { return string(s) }
+
+// ItemSource says what created an item.
+type ItemSource string
+
+// Item sources.
+const (
+	SourceScheduler ItemSource = "scheduler"
+	SourceManual    ItemSource = "manual"
+	SourceApproval  ItemSource = "approval"
+)
+
+// ResultClass classifies the outcome of an attempt (DESIGN §2).
+type ResultClass string
+
+// Result classes: exit 0 = success, 75 = transient, other non-zero = permanent;
+// lost = no result before the deadline.
+const (
+	ResultSuccess   ResultClass = "success"
+	ResultTransient ResultClass = "transient"
+	ResultPermanent ResultClass = "permanent"
+	ResultLost      ResultClass = "lost"
+)
+
+// ExitTransient is the exit code a block command uses for "try again later".
+const ExitTransient = 75
+
+// ClassifyExit maps a command's exit code to a result class.
+func ClassifyExit(code int) ResultClass {
+	switch code {
+	case 0:
+		return ResultSuccess
+	case ExitTransient:
+		return ResultTransient
+	}
+	return ResultPermanent
+}
+
+// Reason codes: the machine-readable answer to "why is it not progressing?".
+const (
+	ReasonMaintenanceWindow = "maintenance_window"
+	ReasonLaneFull          = "lane_full"
+	ReasonWaveGate          = "wave_gate"
+	ReasonFailureThreshold  = "failure_threshold"
+	ReasonApprovalRequired  = "approval_required"
+	ReasonNodeDraining      = "node_draining"
+	ReasonAwaitingReport    = "awaiting_report"
+	ReasonBackoff           = "backoff"
+	ReasonCLIManaged        = "cli_managed"
+	ReasonSuperseded        = "superseded"
+	ReasonObserveMode       = "observe_mode"
+	ReasonNoMatchingNodes   = "no_matching_nodes"
+)
+
+// InstanceKey identifies a block instance: one block on one node.
+type InstanceKey struct {
+	Node  string `json:"node"`
+	Block string `json:"block"`
+}
+
+func (k InstanceKey) String() string { return k.Block + "@" + k.Node }
+
+// ItemSpec is what the reconciler asks the engine to do for one block instance.
+type ItemSpec struct {
+	Node          string       `json:"node"`
+	Block         string       `json:"block"`
+	Action        string       `json:"action"`
+	Generation    int64        `json:"generation"` // the source object's generation
+	TargetVersion string       `json:"target_version,omitempty"`
+	ConfigHash    string       `json:"config_hash,omitempty"` // sha256 of the rendered config, hex
+	DesiredState  DesiredState `json:"desired_state,omitempty"`
+	ManagedBy     string       `json:"managed_by,omitempty"` // lane
+	Criticality   Criticality  `json:"criticality,omitempty"`
+	// Payload is what the agent needs to run the action (command, config);
+	// it never appears in status files, logs or API answers other than the
+	// agent's own attempt endpoint.
+	Payload AttemptPayload `json:"payload"`
+}
+
+// Instance returns the block instance the spec is for.
+func (s ItemSpec) Instance() InstanceKey { return InstanceKey{Node: s.Node, Block: s.Block} }
+
+// AttemptPayload is the work an agent runs for one attempt.
+type AttemptPayload struct {
+	Command string `json:"command"`
+	// TimeoutSeconds bounds the command; the agent kills its process group after it.
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
+	Config         string `json:"config,omitempty"` // rendered block config (YAML)
+	OneShot        bool   `json:"one_shot,omitempty"`
+}
+
+// RolloutSource records what created a rollout.
+type RolloutSource struct {
+	Object     ObjectKey  `json:"object,omitempty"`
+	Generation int64      `json:"generation,omitempty"`
+	Commit     string     `json:"commit,omitempty"`
+	Actor      string     `json:"actor,omitempty"`
+	Kind       ItemSource `json:"kind"`
+}
+
+// RolloutSpec asks the engine for a rollout over items.
+type RolloutSpec struct {
+	// BaseID is the wanted id (e.g. "web-upgrade-g3"); the engine makes it unique.
+	BaseID        string        `json:"base_id"`
+	Source        RolloutSource `json:"source"`
+	MaxConcurrent int           `json:"max_concurrent"`
+	// FailureThresholdPercent halts the rollout once exceeded (0 = off).
+	FailureThresholdPercent float64    `json:"failure_threshold_percent,omitempty"`
+	MaxRetries              int        `json:"max_retries,omitempty"`
+	Items                   []ItemSpec `json:"items"`
+}
+
+// Counters are the dashboard counters. Always:
+// Total = Done + InProgress + Pending + Failed + Skipped.
+type Counters struct {
+	Total      int64 `json:"total" yaml:"total"`
+	Done       int64 `json:"done" yaml:"done"`               // completed
+	InProgress int64 `json:"in_progress" yaml:"in_progress"` // in_progress, retrying, ambiguous
+	Pending    int64 `json:"pending" yaml:"pending"`
+	Failed     int64 `json:"failed" yaml:"failed"` // failed, blocked
+	Skipped    int64 `json:"skipped" yaml:"skipped"`
+}
+
+// Add counts one item of status s.
+func (c *Counters) Add(s ItemStatus, n int64) {
+	c.Total += n
+	switch s {
+	case ItemCompleted:
+		c.Done += n
+	case ItemInProgress, ItemRetrying, ItemAmbiguous:
+		c.InProgress += n
+	case ItemPending:
+		c.Pending += n
+	case ItemFailed, ItemBlocked:
+		c.Failed += n
+	case ItemSkipped:
+		c.Skipped += n
+	}
+}
+
+// Rollout is a rollout's state as the engine reports it.
+type Rollout struct {
+	ID                      string        `json:"id"`
+	Status                  RolloutStatus `json:"status"`
+	Reason                  string        `json:"reason,omitempty"`
+	Source                  RolloutSource `json:"source"`
+	MaxConcurrent           int           `json:"max_concurrent"`
+	FailureThresholdPercent float64       `json:"failure_threshold_percent,omitempty"`
+	Wave                    int           `json:"wave"` // number of the current (last started) wave
+	Counters                Counters      `json:"counters"`
+	CreatedAt               time.Time     `json:"created_at"`
+	UpdatedAt               time.Time     `json:"updated_at"`
+}
+
+// Item is one queue entry (BRI) as the engine reports it.
+type Item struct {
+	ID            string       `json:"id"`
+	Rollout       string       `json:"rollout"`
+	Node          string       `json:"node"`
+	Block         string       `json:"block"`
+	Action        string       `json:"action"`
+	Generation    int64        `json:"generation"`
+	TargetVersion string       `json:"target_version,omitempty"`
+	ConfigHash    string       `json:"config_hash,omitempty"`
+	ManagedBy     string       `json:"managed_by,omitempty"`
+	Criticality   Criticality  `json:"criticality,omitempty"`
+	Status        ItemStatus   `json:"status"`
+	Reason        string       `json:"reason,omitempty"`
+	Source        ItemSource   `json:"source"`
+	SourceUser    string       `json:"source_user,omitempty"`
+	Wave          int          `json:"wave,omitempty"`
+	RetryCount    int          `json:"retry_count"`
+	RetryAfter    time.Time    `json:"retry_after,omitzero"`
+	DispatchedAt  time.Time    `json:"dispatched_at,omitzero"`
+	CompletedAt   time.Time    `json:"completed_at,omitzero"`
+	Attempts      int          `json:"attempts"`
+	LastAttempt   string       `json:"last_attempt,omitempty"`
+	LastClass     ResultClass  `json:"last_failure_class,omitempty"`
+	DesiredState  DesiredState `json:"desired_state,omitempty"`
+}
+
+// Attempt is one dispatch of an item to an agent.
+type Attempt struct {
+	ID            string         `json:"id"`
+	Item          string         `json:"item"`
+	Rollout       string         `json:"rollout"`
+	Node          string         `json:"node"`
+	Block         string         `json:"block"`
+	Action        string         `json:"action"`
+	Generation    int64          `json:"generation"`
+	TargetVersion string         `json:"target_version,omitempty"`
+	ConfigHash    string         `json:"config_hash,omitempty"`
+	DesiredState  DesiredState   `json:"desired_state,omitempty"`
+	ManagedBy     string         `json:"managed_by,omitempty"`
+	Fence         int64          `json:"fence"`
+	Deadline      time.Time      `json:"deadline"`
+	Payload       AttemptPayload `json:"payload"`
+}
+
+// AttemptResult is what an agent sends back for one attempt.
+type AttemptResult struct {
+	AttemptID string      `json:"attempt_id"`
+	Fence     int64       `json:"fence"`
+	Class     ResultClass `json:"class"`
+	ExitCode  int         `json:"exit_code"`
+	// Output is a bounded, redacted tail of the command's output.
+	Output string `json:"output,omitempty"`
+	// Instance is the block instance as the agent observed it after the action.
+	Instance *InstanceStatus `json:"instance,omitempty"`
+}
+
+// InstanceStatus is one block instance as an agent observed it.
+type InstanceStatus struct {
+	Block       string       `json:"block"`
+	Version     string       `json:"version,omitempty"`
+	ConfigHash  string       `json:"config_hash,omitempty"`
+	Generation  int64        `json:"generation"` // the generation of the item that last changed it
+	State       DesiredState `json:"state,omitempty"`
+	ManagedBy   string       `json:"managed_by,omitempty"`
+	LastAttempt string       `json:"last_attempt,omitempty"`
+	UpdatedAt   time.Time    `json:"updated_at,omitzero"`
+}
+
+// Report is an agent's full observation of its node.
+type Report struct {
+	Node          string            `json:"node"`
+	AgentVersion  string            `json:"agent_version,omitempty"`
+	Capabilities  []string          `json:"capabilities,omitempty"`
+	DataAddresses map[string]string `json:"data_addresses,omitempty"`
+	Instances     []InstanceStatus  `json:"instances"`
+	// Attempts lists attempt ids the agent has journalled (ran or refused).
+	Attempts []string  `json:"attempts,omitempty"`
+	SentAt   time.Time `json:"sent_at"`
+	// ReceivedAt is set by the hub.
+	ReceivedAt time.Time `json:"received_at,omitzero"`
+}
+
+// Observations are the latest full reports, keyed by node id.
+type Observations map[string]*Report
+
+// Instance returns the observed block instance, or nil.
+func (o Observations) Instance(k InstanceKey) *InstanceStatus {
+	r := o[k.Node]
+	if r == nil {
+		return nil
+	}
+	for i := range r.Instances {
+		if r.Instances[i].Block == k.Block {
+			return &r.Instances[i]
+		}
+	}
+	return nil
+}
+
+// SyncState is the result of the last sync of the config repository.
+type SyncState struct {
+	// Commit is the newest commit seen on the tracked branch.
+	Commit string `json:"commit,omitempty" yaml:"commit,omitempty"`
+	// Applied is the commit whose snapshot is in force (the last good one).
+	Applied string `json:"applied,omitempty" yaml:"applied,omitempty"`
+	// Result is "ok", "rejected" (invalid commit) or "error" (could not fetch).
+	Result string      `json:"result,omitempty" yaml:"result,omitempty"`
+	Errors []FileError `json:"errors,omitempty" yaml:"errors,omitempty"`
+	// Message describes a fetch error.
+	Message string    `json:"message,omitempty" yaml:"message,omitempty"`
+	At      time.Time `json:"at,omitzero" yaml:"at,omitempty"`
+}
+
+// Summary is the fleet-wide view: the dashboard counters, the last sync and
+// the rollouts.
+type Summary struct {
+	Counters Counters  `json:"counters"`
+	Sync     SyncState `json:"sync"`
+	Nodes    int       `json:"nodes"`
+	Rollouts []Rollout `json:"rollouts"`
+}
