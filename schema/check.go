@@ -1,0 +1,243 @@
+package schema
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"cuelang.org/go/cue"
+	"github.com/robfig/cron/v3"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// Limits of DESIGN §6 and of the name rules.
+const (
+	maxLabels   = 16
+	maxLabelLen = 63
+	// DefaultActionTimeout is the timeout of a block action that sets none.
+	DefaultActionTimeout = 5 * time.Minute
+)
+
+var (
+	nameRE       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	labelPartRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	dnsPrefixRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
+	cronParser   = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	cronFromTime = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC) // fixed: validation never reads the clock
+)
+
+// fileChecker collects errors of one file, positioned at fields of its data.
+type fileChecker struct {
+	path string
+	data cue.Value
+	errs []fleetwave.FileError
+}
+
+// at returns the value at a path of selectors (strings or ints).
+func (c *fileChecker) at(sel ...any) cue.Value { return lookup(c.data, sel) }
+
+// errorf records an error at the field sel; the message is prefixed with the
+// field's path.
+func (c *fileChecker) errorf(sel []any, format string, args ...any) {
+	fe := fleetwave.FileError{Path: c.path, Msg: fieldName(sel) + ": " + fmt.Sprintf(format, args...)}
+	for len(sel) > 0 {
+		v := c.at(sel...)
+		if v.Exists() && v.Pos().Filename() == c.path && v.Pos().Line() > 0 {
+			fe.Line, fe.Col = v.Pos().Line(), v.Pos().Column()
+			break
+		}
+		sel = sel[:len(sel)-1]
+	}
+	if fe.Line == 0 {
+		fe.Line, fe.Col = 1, 1
+	}
+	c.errs = append(c.errs, fe)
+}
+
+func fieldName(sel []any) string {
+	var b strings.Builder
+	for i, s := range sel {
+		switch s := s.(type) {
+		case string:
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s)
+		case int:
+			b.WriteString("[" + strconv.Itoa(s) + "]")
+		}
+	}
+	return b.String()
+}
+
+// fld builds a field path of selectors (strings or ints).
+func fld(sel ...any) []any { return sel }
+
+func (c *fileChecker) duration(sel []any, text string, positive bool) time.Duration {
+	if text == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(text)
+	switch {
+	case err != nil:
+		c.errorf(sel, "invalid duration %q, expected a Go duration such as \"90s\" or \"5m\"", text)
+	case d < 0 || (positive && d == 0):
+		c.errorf(sel, "duration %q must be positive", text)
+	}
+	return d
+}
+
+func (c *fileChecker) timezone(sel []any, tz string) {
+	if tz == "" {
+		return
+	}
+	if _, err := time.LoadLocation(tz); err != nil || strings.EqualFold(tz, "local") {
+		c.errorf(sel, "unknown time zone %q, expected an IANA name such as \"UTC\" or \"Europe/Berlin\"", tz)
+	}
+}
+
+func (c *fileChecker) cron(sel []any, expr string) {
+	if strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=") {
+		c.errorf(sel, "found a time zone prefix in %q, expected the zone in the timezone field", expr)
+		return
+	}
+	s, err := cronParser.Parse(expr)
+	if err != nil {
+		c.errorf(sel, "invalid cron expression %q (%v), expected 5 fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily", expr, err)
+		return
+	}
+	if s.Next(cronFromTime).IsZero() {
+		c.errorf(sel, "cron expression %q never fires", expr)
+	}
+}
+
+func (c *fileChecker) name(sel []any, what, name string) {
+	if !nameRE.MatchString(name) {
+		c.errorf(sel, "invalid %s %q, expected a DNS-label-like name (lowercase letters, digits and '-', 1-63 chars)", what, name)
+	}
+}
+
+func (c *fileChecker) labelKey(sel []any, k string) {
+	name := k
+	if prefix, rest, ok := strings.Cut(k, "/"); ok {
+		if len(prefix) > 253 || !dnsPrefixRE.MatchString(prefix) {
+			c.errorf(sel, "invalid label key %q: the prefix before '/' must be a DNS subdomain such as \"example.com\"", k)
+			return
+		}
+		name = rest
+	}
+	if len(name) == 0 || len(name) > maxLabelLen || !labelPartRE.MatchString(name) {
+		c.errorf(sel, "invalid label key %q, expected 1-63 chars of [A-Za-z0-9._-] starting and ending with a letter or digit (optionally prefixed by \"example.com/\")", k)
+	}
+}
+
+func (c *fileChecker) labelValue(sel []any, v string) {
+	if len(v) == 0 || len(v) > maxLabelLen || !labelPartRE.MatchString(v) {
+		c.errorf(sel, "invalid label value %q, expected 1-63 chars of [A-Za-z0-9._-] starting and ending with a letter or digit", v)
+	}
+}
+
+func (c *fileChecker) labels(sel []any, labels map[string]string, limit bool) {
+	if limit && len(labels) > maxLabels {
+		c.errorf(sel, "found %d labels, expected at most %d", len(labels), maxLabels)
+	}
+	for _, k := range sortedKeys(labels) {
+		s := append(slices.Clone(sel), k)
+		c.labelKey(s, k)
+		c.labelValue(s, labels[k])
+	}
+}
+
+func (c *fileChecker) selector(field string, s *fleetwave.Selector) {
+	if s == nil {
+		return
+	}
+	c.labels(fld(field, "match_labels"), s.MatchLabels, false)
+	for i, t := range s.MatchExpressions {
+		sel := fld(field, "match_expressions", i)
+		c.labelKey(append(slices.Clone(sel), "key"), t.Key)
+		switch t.Operator {
+		case "in", "notin":
+			if len(t.Values) == 0 {
+				c.errorf(append(slices.Clone(sel), "values"), "operator %s needs at least one value", t.Operator)
+			}
+		case "exists", "doesnotexist":
+			if len(t.Values) > 0 {
+				c.errorf(append(slices.Clone(sel), "values"), "operator %s takes no values", t.Operator)
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// checkObject runs the Go checks the CUE schema does not express cleanly
+// (durations, cron, time zones, label syntax, names used as map keys) and
+// fills the parsed durations.
+func checkObject(p string, data cue.Value, obj any) []fleetwave.FileError {
+	c := &fileChecker{path: p, data: data}
+	switch o := obj.(type) {
+	case *fleetwave.Config:
+		o.Backoff = c.duration(fld("backoff"), o.BackoffText, true)
+		for _, name := range sortedKeys(o.MaintenanceWindows) {
+			w := o.MaintenanceWindows[name]
+			sel := fld("maintenance_windows", name)
+			c.name(sel, "window name", name)
+			c.cron(append(slices.Clone(sel), "cron"), w.Cron)
+			w.Duration = c.duration(append(slices.Clone(sel), "duration"), w.DurationText, true)
+			c.timezone(append(slices.Clone(sel), "timezone"), w.Timezone)
+			o.MaintenanceWindows[name] = w
+		}
+		seen := map[fleetwave.Criticality]bool{}
+		for i, cr := range o.PriorityOrder {
+			if seen[cr] {
+				c.errorf(fld("priority_order", i), "criticality %q is listed twice", cr)
+			}
+			seen[cr] = true
+		}
+	case *fleetwave.Trigger:
+		if o.TriggerType == fleetwave.TriggerSchedule {
+			if o.CronExpression == "" {
+				c.errorf(fld("cron_expression"), "required field is missing (trigger_type is schedule)")
+			} else {
+				c.cron(fld("cron_expression"), o.CronExpression)
+			}
+			c.timezone(fld("timezone"), o.Timezone)
+		} else {
+			if o.CronExpression != "" {
+				c.errorf(fld("cron_expression"), "set on a %s trigger, expected only with trigger_type: schedule", o.TriggerType)
+			}
+			if o.Timezone != "" {
+				c.errorf(fld("timezone"), "set on a %s trigger, expected only with trigger_type: schedule", o.TriggerType)
+			}
+		}
+		if o.MaxConcurrent > 0 && o.MaxConcurrentPercent > 0 {
+			c.errorf(fld("max_concurrent_percent"), "set together with max_concurrent, expected only one of them")
+		}
+		c.selector("selector", o.Selector)
+	case *fleetwave.Block:
+		for _, name := range sortedKeys(o.Actions) {
+			a := o.Actions[name]
+			sel := fld("actions", name)
+			c.name(sel, "action name", name)
+			a.Timeout = c.duration(append(slices.Clone(sel), "timeout"), a.TimeoutText, true)
+			o.Actions[name] = a
+		}
+	case *fleetwave.Node:
+		c.labels(fld("labels"), o.Labels, true)
+	case *fleetwave.RolloutRequest:
+		c.selector("selector", o.Selector)
+	}
+	return c.errs
+}

@@ -1,0 +1,51 @@
+// Package schema loads and validates a fleetwave config repository tree and
+// decodes it into the domain types of package fleetwave.
+//
+// # Layout
+//
+// ObjectKeyForPath maps a repository path to the object it must hold:
+// fleetwave.{cue,yaml,yml,json} at the root is the kind:config object,
+// brc/<name> a trigger, blocks/<name> a block, nodes/<id> a node, and
+// organizations/, workspaces/, rollouts/, approvals/ their kinds. Every
+// other file (README.md, status/, cue.mod/, dotfiles, sub-folders of object
+// folders) is ignored.
+//
+// # Validation, in three passes
+//
+//  1. Parse. YAML, JSON and CUE are all parsed by CUE's own decoders so that
+//     every value keeps its file:line:col. A .cue object file must be plain
+//     data (fields, structs, lists, literals): references, comprehensions,
+//     interpolations and imports are refused, which bounds evaluation by the
+//     file size (together with WithMaxFileSize and the YAML decoder's alias
+//     expansion limit).
+//  2. Per file. The `kind` must match the folder; the data is unified with
+//     the closed CUE definition of its kind (schema/cue/fleetwave.cue,
+//     embedded and compiled once in New) and validated as concrete; `name`
+//     must equal the file name stem. Then Go checks what CUE does not say
+//     cleanly: durations, cron expressions (robfig/cron, 5 fields), time
+//     zones, label syntax and count, names used as map keys. Defaults are
+//     applied only after a file validated, by unifying it with the
+//     defaults structs of the schema: default disjunctions inside the validating
+//     definitions would add "empty disjunction" noise to every error.
+//  3. Across objects: one config, a trigger's block and actions exist,
+//     referenced nodes, organizations, workspaces, maintenance windows and
+//     triggers exist. A reference to an object whose file exists but failed
+//     pass 2 is not reported twice.
+//
+// Every problem of the tree is reported in one run, as a
+// *fleetwave.ValidationError sorted by path, line and column. A panic while
+// checking one file becomes a FileError of that file.
+//
+// # Hashes
+//
+// Normalize gives the canonical form of one file (sorted-key JSON of its data,
+// without defaults); Object.Hash is its hex sha256. A file reformatted or
+// converted between YAML, JSON and CUE keeps its hash, so its generation does
+// not grow.
+//
+// # CUE contexts
+//
+// Each Load evaluates data in a fresh CUE context (a context only grows) and
+// unifies it with the schema values compiled by New; CUE v0.17 values are
+// immutable and safe for concurrent use across contexts.
+package schema

@@ -1,0 +1,240 @@
+package schema
+
+import (
+	"bytes"
+	"cuelang.org/go/cue/cuecontext"
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/parser"
+	"cuelang.org/go/cue/token"
+	cuejson "cuelang.org/go/encoding/json"
+	cueyaml "cuelang.org/go/encoding/yaml"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// newContext returns a fresh CUE context.
+func newContext() (*cue.Context, error) {
+	return cuecontext.New(), nil
+}
+
+// parseFile parses one object file into a CUE file of plain data. It returns
+// FileErrors (never a plain error) for syntax errors and for CUE that is not
+// plain data.
+func parseFile(p string, data []byte) (*ast.File, []fleetwave.FileError) {
+	switch path.Ext(p) {
+	case ".cue":
+		f, err := parser.ParseFile(p, data)
+		if err != nil {
+			return nil, syntaxErrors(p, "CUE", err)
+		}
+		if errs := checkPlainData(p, f); len(errs) > 0 {
+			return nil, errs
+		}
+		return f, nil
+	case ".yaml", ".yml":
+		f, err := cueyaml.Extract(p, data)
+		if err != nil {
+			return nil, syntaxErrors(p, "YAML", err)
+		}
+		if len(f.Decls) == 1 {
+			if e, ok := f.Decls[0].(*ast.EmbedDecl); ok {
+				what := "a single value"
+				if l, ok := e.Expr.(*ast.ListLit); ok {
+					what = strconv.Itoa(len(l.Elts)) + " YAML documents"
+				}
+				return nil, []fleetwave.FileError{posError(p, e.Pos(), "found "+what+", expected one object (a mapping with kind and name)")}
+			}
+		}
+		return f, nil
+	case ".json":
+		x, err := cuejson.Extract(p, data)
+		if err != nil {
+			return nil, syntaxErrors(p, "JSON", err)
+		}
+		s, ok := x.(*ast.StructLit)
+		if !ok {
+			return nil, []fleetwave.FileError{posError(p, x.Pos(), "found a JSON value that is not an object, expected one object with kind and name")}
+		}
+		return &ast.File{Filename: p, Decls: s.Elts}, nil
+	}
+	return nil, []fleetwave.FileError{{Path: p, Msg: "unsupported file extension, expected .cue, .yaml, .yml or .json"}}
+}
+
+// lineInMsg matches the "file:line: " prefix YAML syntax errors carry in
+// their message instead of a position.
+var lineInMsg = regexp.MustCompile(`^[^:]*:(\d+):(?:(\d+):)? ?`)
+
+func syntaxErrors(p, format string, err error) []fleetwave.FileError {
+	var out []fleetwave.FileError
+	for _, e := range cueerrors.Errors(err) {
+		msg := cueMsg(e)
+		if strings.TrimSpace(msg) == "" || strings.HasPrefix(msg, "invalid JSON for file") {
+			msg = e.Error()
+		}
+		fe := fleetwave.FileError{Path: p}
+		for _, pos := range cueerrors.Positions(e) {
+			if pos.Filename() == p && pos.Line() > 0 {
+				fe.Line, fe.Col = pos.Line(), pos.Column()
+				break
+			}
+		}
+		msg = strings.TrimPrefix(msg, "invalid JSON for file \""+p+"\": ")
+		if m := lineInMsg.FindStringSubmatch(msg); m != nil && strings.HasPrefix(msg, p+":") {
+			if fe.Line == 0 {
+				fe.Line, _ = strconv.Atoi(m[1])
+				if m[2] != "" {
+					fe.Col, _ = strconv.Atoi(m[2])
+				}
+			}
+			msg = msg[len(m[0]):]
+		}
+		fe.Msg = "invalid " + format + ": " + msg
+		out = append(out, fe)
+	}
+	if len(out) == 0 {
+		out = append(out, fleetwave.FileError{Path: p, Msg: "invalid " + format + ": " + err.Error()})
+	}
+	return out
+}
+
+func cueMsg(e cueerrors.Error) string {
+	format, args := e.Msg()
+	return fmt.Sprintf(format, args...)
+}
+
+func posError(p string, pos token.Pos, msg string) fleetwave.FileError {
+	fe := fleetwave.FileError{Path: p, Msg: msg}
+	if pos.IsValid() && pos.Filename() == p {
+		fe.Line, fe.Col = pos.Line(), pos.Column()
+	}
+	return fe
+}
+
+// checkPlainData accepts CUE files made of fields, structs, lists and
+// literals only. References, comprehensions, imports, interpolations and
+// operators are refused: an object file is data, and refusing expressions
+// keeps evaluation bounded by the file size (a chain of references or
+// interpolations can grow exponentially).
+func checkPlainData(p string, f *ast.File) []fleetwave.FileError {
+	var errs []fleetwave.FileError
+	refuse := func(n ast.Node, what string) {
+		errs = append(errs, posError(p, n.Pos(), "found "+what+", expected plain data (fields, structs, lists, literals)"))
+	}
+	var expr func(x ast.Expr)
+	var decls func(ds []ast.Decl)
+	decls = func(ds []ast.Decl) {
+		for _, d := range ds {
+			switch d := d.(type) {
+			case *ast.Package, *ast.CommentGroup, *ast.Attribute:
+			case *ast.Field:
+				switch l := d.Label.(type) {
+				case *ast.Ident:
+				case *ast.BasicLit:
+					if l.Kind != token.STRING {
+						refuse(l, "a non-string label")
+					}
+				default:
+					refuse(d.Label, "a computed or aliased label")
+					continue
+				}
+				if d.Constraint != token.ILLEGAL {
+					refuse(d, "an optional or required field marker")
+				}
+				expr(d.Value)
+			case *ast.ImportDecl:
+				refuse(d, "an import")
+			case *ast.EmbedDecl:
+				refuse(d, "an embedded value")
+			case *ast.Comprehension:
+				refuse(d, "a comprehension")
+			default:
+				refuse(d, "a declaration that is not a field")
+			}
+		}
+	}
+	expr = func(x ast.Expr) {
+		switch x := x.(type) {
+		case *ast.BasicLit:
+		case *ast.StructLit:
+			decls(x.Elts)
+		case *ast.ListLit:
+			for _, e := range x.Elts {
+				expr(e)
+			}
+		case *ast.UnaryExpr:
+			if _, ok := x.X.(*ast.BasicLit); !ok || (x.Op != token.SUB && x.Op != token.ADD) {
+				refuse(x, "an expression")
+			}
+		case *ast.ParenExpr:
+			expr(x.X)
+		case *ast.Ident:
+			refuse(x, "a reference ("+x.Name+")")
+		case *ast.Interpolation:
+			refuse(x, "a string interpolation")
+		case *ast.Comprehension:
+			refuse(x, "a comprehension")
+		default:
+			refuse(x, "an expression")
+		}
+	}
+	decls(f.Decls)
+	return errs
+}
+
+// Normalize returns the canonical form of one object file: JSON with sorted
+// keys and no defaults applied, so that two files meaning the same thing
+// (a YAML file and its JSON or CUE twin, or the same file reformatted) give
+// the same bytes. Its hex sha256 is Object.Hash, the content that drives
+// generations. It returns an error when the file does not parse or is not
+// plain, concrete data; it does not check the schema.
+func Normalize(p string, data []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("normalize %s: internal error: %v", p, r)
+		}
+	}()
+	f, errs := parseFile(p, data)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("normalize: %w", &fleetwave.ValidationError{Errors: errs})
+	}
+	ctx, err := newContext()
+	if err != nil {
+		return nil, err
+	}
+	v := ctx.BuildFile(f)
+	if err := v.Validate(cue.Concrete(true)); err != nil {
+		return nil, fmt.Errorf("normalize %s: %w", p, err)
+	}
+	raw, err := v.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("normalize %s: %w", p, err)
+	}
+	return canonicalJSON(raw)
+}
+
+// canonicalJSON re-encodes JSON with object keys sorted and numbers kept as
+// written.
+func canonicalJSON(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var x any
+	if err := dec.Decode(&x); err != nil {
+		return nil, fmt.Errorf("canonical json: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(x); err != nil {
+		return nil, fmt.Errorf("canonical json: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
