@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/clock"
+)
+
+// Poll returns up to max attempts queued for node and marks them delivered.
+// When none is queued it waits up to wait for one, looking again every
+// ~100ms of real time (this is network long-polling, not engine logic), and
+// returns early with ctx.Err() when ctx ends. An attempt whose deadline
+// already passed is not delivered: Step treats it as undelivered.
+func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Duration) ([]fleetwave.Attempt, error) {
+	if max <= 0 {
+		max = 1
+	}
+	var wall clock.Real
+	var timeout <-chan time.Time
+	if wait > 0 {
+		timeout = wall.After(wait)
+	}
+	for {
+		status, rest, err := e.run(ctx, "poll", "", e.nowMS(), node, max)
+		if err != nil {
+			return nil, err
+		}
+		if status != "ok" {
+			return nil, fmt.Errorf("poll: unexpected status %q", status)
+		}
+		if len(rest) > 0 {
+			out := make([]fleetwave.Attempt, 0, len(rest))
+			for _, v := range rest {
+				a, err := decodeAttempt(pairs(v))
+				if err != nil {
+					return nil, err
+				}
+				e.log.Debug().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).
+					Str("rollout", a.Rollout).Msg("attempt delivered")
+				out = append(out, a)
+			}
+			return out, nil
+		}
+		if timeout == nil {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timeout:
+			return nil, nil
+		case <-wall.After(pollInterval):
+		}
+	}
+}
+
+// Complete applies an agent's result for one of its attempts:
+//   - success: the item is completed and res.Instance (when set) becomes the
+//     observed instance of node/block;
+//   - transient: retrying with retry_after = now + backoff*2^retry_count
+//     (with jitter), or failed once retry_count reached the rollout's
+//     max_retries;
+//   - permanent: blocked (reason "permanent_failure"; the output is never
+//     stored).
+//
+// Errors: ErrUnknownAttempt, ErrWrongNode (the attempt of another node),
+// ErrStaleAttempt (not the item's current attempt, item no longer in
+// progress, or another fence), ErrInvalidResult. The rollout completes when
+// all its items are terminal.
+func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.AttemptResult) error {
+	switch res.Class {
+	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
+	default:
+		return fmt.Errorf("class %q: %w", res.Class, ErrInvalidResult)
+	}
+	inst := ""
+	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
+		b, err := json.Marshal(res.Instance)
+		if err != nil {
+			return fmt.Errorf("encode instance: %w", err)
+		}
+		inst = string(b)
+	}
+	status, _, err := e.run(ctx, "complete", "", e.nowMS(), node, res.AttemptID, fenceArg(res.Fence),
+		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst)
+	if err != nil {
+		return err
+	}
+	switch status {
+	case "ok":
+	case "unknown_attempt":
+		return fmt.Errorf("attempt %s: %w", res.AttemptID, ErrUnknownAttempt)
+	case "wrong_node":
+		return fmt.Errorf("attempt %s: %w", res.AttemptID, ErrWrongNode)
+	case "stale_attempt":
+		return fmt.Errorf("attempt %s: %w", res.AttemptID, ErrStaleAttempt)
+	default:
+		return fmt.Errorf("complete: unexpected status %q", status)
+	}
+	ev := e.log.Info()
+	if res.Class != fleetwave.ResultSuccess {
+		ev = e.log.Warn()
+	}
+	ev.Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).
+		Int("exit_code", res.ExitCode).Msg("attempt finished")
+	return nil
+}
+
+// Report stores r as node r.Node's observation and resolves its ambiguous
+// items: when r was sent after the attempt's dispatch and shows the instance
+// at the item's generation (or newer) and config hash (or, for desired state
+// absent, no longer shows it) the item is completed; otherwise it becomes
+// pending again for a new attempt, unless its action is one-shot (then it is
+// blocked with reason "ambiguous_one_shot"). A report sent before the
+// dispatch leaves the item ambiguous. ReceivedAt is set from the clock when
+// zero.
+func (e *Engine) Report(ctx context.Context, r fleetwave.Report) error {
+	if r.Node == "" {
+		return fmt.Errorf("report without node")
+	}
+	now := e.nowMS()
+	if r.ReceivedAt.IsZero() {
+		r.ReceivedAt = msTime(now)
+	}
+	head := r
+	head.Instances = nil
+	hb, err := json.Marshal(head)
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	args := []any{r.Node, string(hb), r.SentAt.UnixMilli(), len(r.Instances)}
+	for _, in := range r.Instances {
+		ib, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode instance %s: %w", in.Block, err)
+		}
+		args = append(args, in.Block, in.Generation, in.ConfigHash, string(in.State), string(ib))
+	}
+	status, rest, err := e.run(ctx, "report", "", now, args...)
+	if err != nil {
+		return err
+	}
+	if status != "ok" {
+		return fmt.Errorf("report: unexpected status %q", status)
+	}
+	if n := asInt(rest[0]); n > 0 {
+		e.log.Info().Str("node", r.Node).Int64("items", n).Msg("ambiguous items resolved")
+	}
+	return nil
+}

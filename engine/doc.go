@@ -1,0 +1,85 @@
+// Package engine is fleetwave's wave scheduler on Redis. It owns the queue
+// and time: rollouts, items, waves bounded by max_concurrent, attempts with a
+// deadline and a fencing token, retries with backoff, the leader lease with
+// its fencing epoch, the dashboard counters and the outbox cursor.
+//
+// # Atomicity and fencing
+//
+// Every state change is one Lua script (lua/*.lua, each prefixed with
+// lua/lib.lua). The scripts receive now_ms from the engine's clock and never
+// read time themselves, so a fake clock drives expiry, backoff and leases in
+// tests; expiry is decided by comparing stored timestamps (expires_at,
+// deadline, retry_after) with now_ms, never by Redis TTLs. The leader lease
+// is a hash (owner, fence, expires_at) beside a never-expiring epoch counter:
+// Campaign bumps the epoch whenever the lease changes hands, and every
+// leader-only script (CreateRollout, Step) first checks that the caller's
+// fence is both the current epoch and the lease's fence, so a deposed
+// leader changes nothing (ErrStaleFence). Agent-facing calls (Poll, Complete,
+// Report) are not fenced: they are checked against the attempt instead (its
+// node, its fence, and whether it is still its item's current attempt).
+//
+// # Keys
+//
+// All keys start with "fw{p}:" (p is the prefix, default "fleetwave"), so
+// they share one hash tag and every script stays in one Cluster slot:
+//
+//	epoch                  fencing counter (string, never expires)
+//	lease                  hash owner, fence, expires_at, acquired_at
+//	version                outbox cursor, bumped by every state change
+//	counters               hash total, done, in_progress, pending, failed, skipped
+//	seq                    rollout creation sequence
+//	rollouts, active       zsets of rollout ids by creation sequence
+//	r:<id>                 hash: status, reason, source, limits, wave, c_* counters
+//	r:<id>:items           list of item ids in dispatch order
+//	r:<id>:pending         zset of pending item ids by position
+//	r:<id>:inflight        set of in_progress, retrying and ambiguous items
+//	i:<item>               hash: the item (no payload)
+//	ip:<item>              the item's attempt payload (command, rendered config)
+//	a:<attempt>            hash: the attempt, with its payload until it ends
+//	q:<node>               list of attempt ids queued for the node
+//	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
+//	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash
+//	amb:<node>             set of the node's ambiguous items
+//	obs, obs_nodes         hash node -> last full report (without instances); set of observed nodes
+//	obsi:<node>            hash block -> observed instance (JSON)
+//
+// Item ids are "<rollout>.<position>", attempt ids "<item>.<n>". The payload
+// is kept apart from the item and rollout records that status files and the
+// API read, and is dropped from an attempt's hash when the attempt ends.
+//
+// # Items
+//
+//	pending -> in_progress -> completed
+//	                       -> retrying -> in_progress ...  (transient, backoff)
+//	                       -> failed                       (transient, retries exhausted)
+//	                       -> blocked                      (permanent)
+//	                       -> ambiguous -> completed | pending | blocked (one-shot)
+//	pending -> skipped                                      (superseded)
+//
+// At most one item per block instance is active (pending, in_progress,
+// retrying, ambiguous); CreateRollout enforces it (see its doc). The counters
+// of a rollout and of the fleet are kept by the same script that changes an
+// item's status (the old bucket is decremented, the new one incremented), so
+// Total = Done + InProgress + Pending + Failed + Skipped always holds.
+//
+// # Waves: how the next one is chosen and what counts as done
+//
+// Step is level-based and re-entrant. It first settles time: attempts past
+// their deadline (action timeout + delivery grace) that were never delivered
+// are transient failures (the agent is offline); delivered ones without a
+// result make their item ambiguous (reason awaiting_report) and no new
+// attempt is made until a full report sent after the dispatch shows whether
+// the target is in effect. Retrying items whose retry_after passed get a new
+// attempt within their wave. Then, for every active rollout in creation
+// order: the current wave is done when none of the rollout's items is in
+// flight (in_progress, retrying, ambiguous). Only then does the rollout
+// complete (no pending item left: every item is terminal), halt (blocked,
+// reason failure_threshold, when failed items exceed
+// failure_threshold_percent of the total), or start its next wave: the
+// first max_concurrent pending items in dispatch order (the caller's
+// priority order; an item made pending again keeps its position) get an
+// attempt each. A rollout therefore never has more than max_concurrent items
+// in flight. An item counts as done when its agent reports success, or when
+// a later full report shows its instance at the item's generation and
+// config hash.
+package engine

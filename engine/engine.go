@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave/internal/clock"
+)
+
+// Sentinel errors; callers branch on them with errors.Is.
+var (
+	// ErrNotLeader: the lease is held by another owner, or was lost.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrStaleFence: the caller's fence is not the current leader epoch; a
+	// deposed leader changes nothing.
+	ErrStaleFence = errors.New("stale fence")
+	// ErrUnknownAttempt: no such attempt.
+	ErrUnknownAttempt = errors.New("unknown attempt")
+	// ErrStaleAttempt: the attempt is not its item's current one, the item
+	// is no longer in progress, or the result carries another fence.
+	ErrStaleAttempt = errors.New("stale attempt")
+	// ErrWrongNode: the attempt belongs to another node.
+	ErrWrongNode = errors.New("attempt of another node")
+	// ErrNotFound: no such rollout.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidResult: the result class is not success, transient or permanent.
+	ErrInvalidResult = errors.New("invalid result class")
+)
+
+// Defaults of the options.
+const (
+	// DefaultPrefix is the key prefix: keys are "fw{fleetwave}:...".
+	DefaultPrefix = "fleetwave"
+	// DefaultDeliveryGrace is the time after the action timeout before an
+	// attempt's result counts as lost.
+	DefaultDeliveryGrace = 30 * time.Second
+	// DefaultBackoffBase is the first retry delay (before jitter).
+	DefaultBackoffBase = 10 * time.Second
+	// DefaultBackoffMax caps the retry delay.
+	DefaultBackoffMax = 10 * time.Minute
+	// DefaultActionTimeout bounds an attempt whose payload sets no timeout.
+	DefaultActionTimeout = 10 * time.Minute
+)
+
+// batchLimit bounds the deadlines and retries one Step handles, so a script
+// never runs long; Step is re-entrant and the rest waits for the next call.
+const batchLimit = 1000
+
+// jitterCount is how many jitter values one Step receives.
+const jitterCount = 8
+
+// pollInterval is how often Poll looks at the queue while it waits.
+const pollInterval = 100 * time.Millisecond
+
+type options struct {
+	clock       clock.Clock
+	log         zerolog.Logger
+	prefix      string
+	rnd         *rand.Rand
+	grace       time.Duration
+	backoffBase time.Duration
+	backoffMax  time.Duration
+}
+
+// Option configures an Engine.
+type Option func(*options)
+
+// WithClock sets the clock every timestamp, deadline and lease expiry comes
+// from (default the real clock).
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithPrefix sets the key prefix p: every key is "fw{p}:..." so all keys
+// share one Cluster hash slot. p must not contain '{' or '}'.
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithRand sets the source of backoff jitter (default seeded from the clock).
+func WithRand(r *rand.Rand) Option { return func(o *options) { o.rnd = r } }
+
+// WithDeliveryGrace sets the time after the action timeout before an
+// attempt's result counts as lost (default 30s).
+func WithDeliveryGrace(d time.Duration) Option { return func(o *options) { o.grace = d } }
+
+// WithBackoff sets the retry backoff: base*2^retry_count, capped at max,
+// with jitter in [delay/2, delay) (defaults 10s and 10m).
+func WithBackoff(base, max time.Duration) Option {
+	return func(o *options) { o.backoffBase, o.backoffMax = base, max }
+}
+
+// Engine is the Redis wave scheduler. It is safe for concurrent use.
+type Engine struct {
+	rdb     redis.UniversalClient
+	clock   clock.Clock
+	log     zerolog.Logger
+	grace   time.Duration
+	base    time.Duration
+	max     time.Duration
+	keyBase string // "fw{p}:"
+	keys    []string
+
+	mu  sync.Mutex // guards rnd
+	rnd *rand.Rand
+
+	scripts map[string]*redis.Script
+}
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+// scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua).
+var scriptNames = []string{
+	"campaign", "renew", "resign", "create_rollout", "step", "poll", "complete", "report",
+}
+
+// New returns an engine on rdb. Call Load before the first use.
+func New(rdb redis.UniversalClient, opts ...Option) *Engine {
+	o := options{
+		log:         zerolog.Nop(),
+		prefix:      DefaultPrefix,
+		grace:       DefaultDeliveryGrace,
+		backoffBase: DefaultBackoffBase,
+		backoffMax:  DefaultBackoffMax,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.clock = clock.Or(o.clock)
+	if o.rnd == nil {
+		o.rnd = rand.New(rand.NewSource(o.clock.Now().UnixNano()))
+	}
+	if o.backoffMax < o.backoffBase {
+		o.backoffMax = o.backoffBase
+	}
+	kb := "fw{" + o.prefix + "}:"
+	e := &Engine{
+		rdb:     rdb,
+		clock:   o.clock,
+		log:     o.log.With().Str("component", "engine").Logger(),
+		grace:   o.grace,
+		base:    o.backoffBase,
+		max:     o.backoffMax,
+		keyBase: kb,
+		keys:    []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
+		rnd:     o.rnd,
+		scripts: map[string]*redis.Script{},
+	}
+	lib, err := luaFS.ReadFile("lua/lib.lua")
+	if err != nil {
+		panic(err) // embedded: cannot happen
+	}
+	for _, name := range scriptNames {
+		src, err := luaFS.ReadFile("lua/" + name + ".lua")
+		if err != nil {
+			panic(err)
+		}
+		e.scripts[name] = redis.NewScript(string(lib) + "\n" + string(src))
+	}
+	return e
+}
+
+// Load loads every script into Redis (SCRIPT LOAD), so that later EVALSHA
+// calls, pipelined or not, find them. Call it at start and after a failover.
+func (e *Engine) Load(ctx context.Context) error {
+	for _, name := range scriptNames {
+		if err := e.scripts[name].Load(ctx, e.rdb).Err(); err != nil {
+			return fmt.Errorf("load script %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) key(parts ...string) string {
+	k := e.keyBase
+	for i, p := range parts {
+		if i > 0 {
+			k += ":"
+		}
+		k += p
+	}
+	return k
+}
+
+func (e *Engine) nowMS() int64 { return e.clock.Now().UnixMilli() }
+
+func (e *Engine) jitter() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rnd.Float64()
+}
+
+// run evaluates script name with the common ARGV head (prefix, fence, now)
+// and returns its reply: a list whose first element is a status word.
+func (e *Engine) run(ctx context.Context, name string, fence string, now int64, args ...any) (string, []any, error) {
+	argv := append([]any{e.keyBase, fence, now}, args...)
+	v, err := e.scripts[name].Run(ctx, e.rdb, e.keys, argv...).Result()
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", nil, ctx.Err()
+		}
+		return "", nil, fmt.Errorf("script %s: %w", name, err)
+	}
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		return "", nil, fmt.Errorf("script %s: unexpected reply %T", name, v)
+	}
+	status, _ := list[0].(string)
+	return status, list[1:], nil
+}
+
+// fenceArg formats a fence for the scripts.
+func fenceArg(f int64) string { return strconv.FormatInt(f, 10) }
+
+// asString converts a script reply element to a string.
+func asString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+// asInt converts a script reply element to an int64 (0 when not a number).
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// msTime converts unix ms to a UTC time; 0 is the zero time.
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}

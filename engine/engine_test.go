@@ -1,0 +1,510 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+func TestWaves(t *testing.T) {
+	tests := []struct {
+		name          string
+		items         int
+		maxConcurrent int
+		wantWaves     []int // wave of each item, in dispatch order
+	}{
+		{name: "max_concurrent 1 over 3 items gives 3 waves", items: 3, maxConcurrent: 1, wantWaves: []int{1, 2, 3}},
+		{name: "max_concurrent 2 over 5 items gives 3 waves", items: 5, maxConcurrent: 2, wantWaves: []int{1, 1, 2, 2, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+				h := newHarness(t, rdb)
+				id, items := h.create(spec("web", tt.items, "web", 1, tt.maxConcurrent, 0))
+				if id != "web" || len(items) != tt.items {
+					t.Fatalf("created %q with %d items", id, len(items))
+				}
+				for wave := 1; ; wave++ {
+					if wave > tt.items+1 {
+						t.Fatal("rollout did not complete")
+					}
+					h.step()
+					r, _ := h.rollout(id)
+					if r.Status == fleetwave.RolloutCompleted {
+						break
+					}
+					if r.Wave != wave {
+						t.Fatalf("rollout wave = %d, want %d", r.Wave, wave)
+					}
+					as := h.pollAll(tt.items)
+					if len(as) == 0 || len(as) > tt.maxConcurrent {
+						t.Fatalf("wave %d delivered %d attempts (max_concurrent %d)", wave, len(as), tt.maxConcurrent)
+					}
+					if again := h.step(); again.Dispatched != 0 {
+						t.Fatalf("a second step within wave %d dispatched %d", wave, again.Dispatched)
+					}
+					for _, a := range as {
+						h.complete(a, fleetwave.ResultSuccess)
+					}
+				}
+				r, got := h.rollout(id)
+				if r.Counters.Done != int64(tt.items) || r.Counters.Total != int64(tt.items) {
+					t.Fatalf("counters %+v", r.Counters)
+				}
+				if r.Wave != len(slices.Compact(slices.Clone(tt.wantWaves))) {
+					t.Fatalf("rollout ended at wave %d", r.Wave)
+				}
+				for i, it := range got {
+					if it.Wave != tt.wantWaves[i] || it.Status != fleetwave.ItemCompleted || it.Attempts != 1 {
+						t.Fatalf("item %d: wave %d status %s attempts %d, want wave %d", i, it.Wave, it.Status, it.Attempts, tt.wantWaves[i])
+					}
+				}
+				obs, err := h.e.Observations(h.ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if in := obs.Instance(fleetwave.InstanceKey{Node: "n1", Block: "web"}); in == nil || in.Generation != 1 || in.Version != "v1" {
+					t.Fatalf("observed instance after success = %+v", in)
+				}
+			})
+		})
+	}
+}
+
+func TestCreateRolloutIdempotency(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		t.Run("the same specs twice create nothing the second time", func(t *testing.T) {
+			id, items := h.create(spec("web", 3, "web", 1, 1, 0))
+			if id != "web" || len(items) != 3 {
+				t.Fatalf("first: %q %v", id, items)
+			}
+			v1, _ := h.e.Version(h.ctx)
+			id2, items2 := h.create(spec("web", 3, "web", 1, 1, 0))
+			if id2 != "" || len(items2) != 0 {
+				t.Fatalf("second created %q %v", id2, items2)
+			}
+			if v2, _ := h.e.Version(h.ctx); v2 != v1 {
+				t.Fatalf("version moved from %d to %d though nothing changed", v1, v2)
+			}
+			c, _ := h.e.Counters(h.ctx)
+			if c.Total != 3 || c.Pending != 3 {
+				t.Fatalf("counters %+v", c)
+			}
+		})
+		t.Run("a taken base id gets a suffix", func(t *testing.T) {
+			id, _ := h.create(spec("web", 1, "db", 1, 1, 0))
+			if id != "web-2" {
+				t.Fatalf("id = %q, want web-2", id)
+			}
+		})
+		t.Run("a newer generation supersedes a pending item", func(t *testing.T) {
+			id, items := h.create(spec("web-g2", 3, "web", 2, 1, 0))
+			if id != "web-g2" || len(items) != 3 {
+				t.Fatalf("created %q %v", id, items)
+			}
+			r, old := h.rollout("web")
+			for _, it := range old {
+				if it.Status != fleetwave.ItemSkipped || it.Reason != fleetwave.ReasonSuperseded {
+					t.Fatalf("old item %s: %s %q", it.ID, it.Status, it.Reason)
+				}
+			}
+			if r.Status != fleetwave.RolloutCompleted || r.Counters.Skipped != 3 {
+				t.Fatalf("old rollout %s %+v", r.Status, r.Counters)
+			}
+			it, ok, err := h.e.ActiveItem(h.ctx, "n1", "web")
+			if err != nil || !ok || it.Generation != 2 || it.ID != "web-g2.1" {
+				t.Fatalf("active item %+v %v %v", it, ok, err)
+			}
+		})
+		t.Run("an older item in flight is left to finish", func(t *testing.T) {
+			h.step() // dispatches web-g2.1 and web-2.1
+			id, items := h.create(fleetwave.RolloutSpec{BaseID: "web-g3", MaxConcurrent: 1,
+				Items: []fleetwave.ItemSpec{itemSpec("n1", "web", 3)}})
+			if id != "" || len(items) != 0 {
+				t.Fatalf("created %q %v over an in-flight item", id, items)
+			}
+			if it := h.item("web-g2.1"); it.Status != fleetwave.ItemInProgress {
+				t.Fatalf("in-flight item is %s", it.Status)
+			}
+		})
+	})
+}
+
+func TestTransientRetries(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb, WithBackoff(10*time.Second, time.Minute))
+		id, items := h.create(spec("web", 1, "web", 1, 1, 2))
+		h.step()
+		for attempt := 1; attempt <= 3; attempt++ {
+			as := h.poll("n1")
+			if len(as) != 1 || as[0].ID != fmt.Sprintf("%s.%d", items[0], attempt) {
+				t.Fatalf("attempt %d: polled %v", attempt, ids(as))
+			}
+			if as[0].Payload.Config != "secret: s3cr3t" {
+				t.Fatalf("attempt lacks its payload: %+v", as[0].Payload)
+			}
+			h.complete(as[0], fleetwave.ResultTransient)
+			it := h.item(items[0])
+			if attempt == 3 {
+				if it.Status != fleetwave.ItemFailed || it.RetryCount != 2 || it.Attempts != 3 {
+					t.Fatalf("after max_retries: %s retry_count %d attempts %d", it.Status, it.RetryCount, it.Attempts)
+				}
+				break
+			}
+			if it.Status != fleetwave.ItemRetrying || it.Reason != fleetwave.ReasonBackoff || it.LastClass != fleetwave.ResultTransient {
+				t.Fatalf("after transient: %s %q %s", it.Status, it.Reason, it.LastClass)
+			}
+			wait := it.RetryAfter.Sub(h.clk.Now())
+			full := 10 * time.Second << (attempt - 1)
+			if wait < full/2 || wait > full {
+				t.Fatalf("backoff %v outside [%v, %v]", wait, full/2, full)
+			}
+			h.clk.Advance(wait - time.Millisecond)
+			if res := h.step(); res.Dispatched != 0 {
+				t.Fatalf("dispatched %d before retry_after", res.Dispatched)
+			}
+			if as := h.poll("n1"); len(as) != 0 {
+				t.Fatalf("polled %v before retry_after", ids(as))
+			}
+			h.clk.Advance(time.Millisecond)
+			if res := h.step(); res.Dispatched != 1 {
+				t.Fatalf("dispatched %d at retry_after", res.Dispatched)
+			}
+		}
+		r, _ := h.rollout(id)
+		if r.Status != fleetwave.RolloutCompleted || r.Counters.Failed != 1 {
+			t.Fatalf("rollout %s %+v", r.Status, r.Counters)
+		}
+	})
+}
+
+func TestPermanentFailure(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		_, items := h.create(spec("web", 1, "web", 4, 1, 3))
+		h.step()
+		as := h.poll("n1")
+		h.complete(as[0], fleetwave.ResultPermanent)
+		it := h.item(items[0])
+		if it.Status != fleetwave.ItemBlocked || it.Reason != "permanent_failure" || it.RetryCount != 0 {
+			t.Fatalf("after permanent: %s %q retries %d", it.Status, it.Reason, it.RetryCount)
+		}
+		tests := []struct {
+			name    string
+			gen     int64
+			created bool
+		}{
+			{name: "the same generation is not created again", gen: 4, created: false},
+			{name: "a newer generation is created", gen: 5, created: true},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				id, _ := h.create(spec("web-again", 1, "web", tt.gen, 1, 3))
+				if (id != "") != tt.created {
+					t.Fatalf("created = %q, want created %v", id, tt.created)
+				}
+			})
+		}
+	})
+}
+
+func TestDeadlines(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Run("an attempt never delivered before its deadline is retried", func(t *testing.T) {
+			h := newHarness(t, rdb, WithPrefix("undelivered"), WithBackoff(time.Second, time.Second))
+			_, items := h.create(spec("web", 1, "web", 1, 1, 3))
+			h.step()
+			h.clk.Advance(60*time.Second + DefaultDeliveryGrace)
+			if res := h.step(); res.Expired != 1 {
+				t.Fatalf("expired = %d", res.Expired)
+			}
+			if as := h.poll("n1"); len(as) != 0 {
+				t.Fatalf("expired attempt delivered: %v", ids(as))
+			}
+			it := h.item(items[0])
+			if it.Status != fleetwave.ItemRetrying || it.RetryCount != 1 {
+				t.Fatalf("after deadline: %s retry_count %d", it.Status, it.RetryCount)
+			}
+			h.clk.Advance(time.Second)
+			h.step()
+			as := h.poll("n1")
+			if len(as) != 1 || as[0].ID != items[0]+".2" {
+				t.Fatalf("retry polled %v", ids(as))
+			}
+		})
+		tests := []struct {
+			name       string
+			oneShot    bool
+			sentOffset time.Duration // report SentAt relative to the dispatch
+			show       bool          // the report shows the instance at the target
+			want       fleetwave.ItemStatus
+			wantReason string
+		}{
+			{name: "a newer report showing the target completes an ambiguous item", sentOffset: time.Minute, show: true, want: fleetwave.ItemCompleted},
+			{name: "a newer report not showing the target makes it pending again", sentOffset: time.Minute, want: fleetwave.ItemPending},
+			{name: "a report older than the dispatch leaves it ambiguous", sentOffset: -time.Minute, show: true, want: fleetwave.ItemAmbiguous, wantReason: fleetwave.ReasonAwaitingReport},
+			{name: "a one-shot action not shown is blocked, never replayed", oneShot: true, sentOffset: time.Minute, want: fleetwave.ItemBlocked, wantReason: "ambiguous_one_shot"},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				h := newHarness(t, rdb, WithPrefix(fmt.Sprintf("amb%d", i)))
+				s := spec("web", 1, "web", 7, 1, 3)
+				s.Items[0].Payload.OneShot = tt.oneShot
+				id, items := h.create(s)
+				h.step()
+				dispatched := h.clk.Now()
+				as := h.poll("n1")
+				if len(as) != 1 {
+					t.Fatalf("polled %d", len(as))
+				}
+				h.clk.Advance(90 * time.Second)
+				h.step()
+				it := h.item(items[0])
+				if it.Status != fleetwave.ItemAmbiguous || it.Reason != fleetwave.ReasonAwaitingReport {
+					t.Fatalf("delivered without result: %s %q", it.Status, it.Reason)
+				}
+				if res := h.step(); res.Dispatched != 0 {
+					t.Fatalf("an ambiguous item was dispatched again")
+				}
+				in := fleetwave.InstanceStatus{Block: "web", Version: "v6", ConfigHash: "hash-web-6", Generation: 6}
+				if tt.show {
+					in = fleetwave.InstanceStatus{Block: "web", Version: "v7", ConfigHash: "hash-web-7", Generation: 7}
+				}
+				h.report(fleetwave.Report{Node: "n1", Instances: []fleetwave.InstanceStatus{in}, SentAt: dispatched.Add(tt.sentOffset)})
+				it = h.item(items[0])
+				if it.Status != tt.want || it.Reason != tt.wantReason {
+					t.Fatalf("after report: %s %q, want %s %q", it.Status, it.Reason, tt.want, tt.wantReason)
+				}
+				if tt.want == fleetwave.ItemPending {
+					h.step()
+					as := h.poll("n1")
+					if len(as) != 1 || as[0].ID != items[0]+".2" {
+						t.Fatalf("pending-again item polled %v", ids(as))
+					}
+					if r, _ := h.rollout(id); r.Wave != 2 {
+						t.Fatalf("re-dispatch in wave %d", r.Wave)
+					}
+				}
+				obs, err := h.e.Observations(h.ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := obs.Instance(fleetwave.InstanceKey{Node: "n1", Block: "web"}); got == nil || got.Generation != in.Generation {
+					t.Fatalf("observation = %+v", got)
+				}
+			})
+		}
+	})
+}
+
+func TestFencing(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		ctx := context.Background()
+		old := h.fence
+		if f, err := h.e.Campaign(ctx, "hub-a", time.Hour); err != nil || f != old {
+			t.Fatalf("campaign by the holder: fence %d (%v), want %d", f, err, old)
+		}
+		_, err := h.e.Campaign(ctx, "hub-b", time.Hour)
+		mustErr(t, err, ErrNotLeader)
+
+		h.clk.Advance(time.Hour + time.Millisecond)
+		fresh, err := h.e.Campaign(ctx, "hub-b", time.Hour)
+		if err != nil || fresh <= old {
+			t.Fatalf("campaign after expiry: fence %d (%v), old %d", fresh, err, old)
+		}
+		tests := []struct {
+			name string
+			call func() error
+			want error
+		}{
+			{name: "step with the old fence is refused", want: ErrStaleFence, call: func() error {
+				_, err := h.e.Step(ctx, old)
+				return err
+			}},
+			{name: "create with the old fence is refused", want: ErrStaleFence, call: func() error {
+				_, _, err := h.e.CreateRollout(ctx, old, spec("web", 1, "web", 1, 1, 0))
+				return err
+			}},
+			{name: "renew by the deposed leader fails", want: ErrNotLeader, call: func() error {
+				return h.e.Renew(ctx, "hub-a", old, time.Hour)
+			}},
+			{name: "resign by the deposed leader fails", want: ErrNotLeader, call: func() error {
+				return h.e.Resign(ctx, "hub-a", old)
+			}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				mustErr(t, tt.call(), tt.want)
+			})
+		}
+		if rs, _ := h.e.Rollouts(ctx); len(rs) != 0 {
+			t.Fatalf("a stale leader created %d rollouts", len(rs))
+		}
+		h.fence = fresh
+		if id, _ := h.create(spec("web", 1, "web", 1, 1, 0)); id != "web" {
+			t.Fatalf("new leader created %q", id)
+		}
+		if err := h.e.Renew(ctx, "hub-b", fresh, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.e.Resign(ctx, "hub-b", fresh); err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.e.Step(ctx, fresh)
+		mustErr(t, err, ErrStaleFence)
+		next, err := h.e.Campaign(ctx, "hub-a", time.Hour)
+		if err != nil || next <= fresh {
+			t.Fatalf("campaign after resign: %d (%v)", next, err)
+		}
+	})
+}
+
+func TestCompleteChecks(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		h.create(spec("web", 2, "web", 1, 2, 0))
+		h.step()
+		a := h.poll("n1")[0]
+		tests := []struct {
+			name string
+			node string
+			res  fleetwave.AttemptResult
+			want error
+		}{
+			{name: "a result from another node is refused", node: "n2", res: fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess}, want: ErrWrongNode},
+			{name: "an unknown attempt is refused", node: "n1", res: fleetwave.AttemptResult{AttemptID: "nope.1.1", Fence: a.Fence, Class: fleetwave.ResultSuccess}, want: ErrUnknownAttempt},
+			{name: "a result with another fence is stale", node: "n1", res: fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence + 1, Class: fleetwave.ResultSuccess}, want: ErrStaleAttempt},
+			{name: "an unknown class is invalid", node: "n1", res: fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: "maybe"}, want: ErrInvalidResult},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				mustErr(t, h.e.Complete(h.ctx, tt.node, tt.res), tt.want)
+				if it := h.item(a.Item); it.Status != fleetwave.ItemInProgress {
+					t.Fatalf("refused result changed the item to %s", it.Status)
+				}
+			})
+		}
+		t.Run("a second result for the same attempt is stale", func(t *testing.T) {
+			h.complete(a, fleetwave.ResultSuccess)
+			mustErr(t, h.e.Complete(h.ctx, "n1", fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultPermanent}), ErrStaleAttempt)
+			if it := h.item(a.Item); it.Status != fleetwave.ItemCompleted {
+				t.Fatalf("item is %s", it.Status)
+			}
+		})
+	})
+}
+
+func TestReadsAndPoll(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		t.Run("an unknown rollout is not found", func(t *testing.T) {
+			_, _, err := h.e.Rollout(h.ctx, "missing")
+			mustErr(t, err, ErrNotFound)
+		})
+		t.Run("rollouts are listed newest first", func(t *testing.T) {
+			h.create(spec("a", 1, "x", 1, 1, 0))
+			h.create(spec("b", 1, "y", 1, 1, 0))
+			rs, err := h.e.Rollouts(h.ctx)
+			if err != nil || len(rs) != 2 || rs[0].ID != "b" || rs[1].ID != "a" {
+				t.Fatalf("rollouts %v (%v)", rs, err)
+			}
+			if !rs[0].CreatedAt.Equal(t0) || rs[0].Source.Generation != 1 {
+				t.Fatalf("rollout record %+v", rs[0])
+			}
+		})
+		t.Run("a poll with a cancelled context returns early", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err := h.e.Poll(ctx, "idle", 1, time.Hour)
+			if err == nil {
+				t.Fatal("poll on a cancelled context returned no error")
+			}
+		})
+		t.Run("the payload stays out of item records", func(t *testing.T) {
+			h.step()
+			as := h.poll("n1")
+			if len(as) != 2 {
+				t.Fatalf("polled %d", len(as))
+			}
+			m, _ := h.rdb.HGetAll(h.ctx, h.e.key("i", as[0].Item)).Result()
+			for k, v := range m {
+				if v == "secret: s3cr3t" || k == "payload" {
+					t.Fatalf("item record holds the payload in %s", k)
+				}
+			}
+			h.complete(as[0], fleetwave.ResultSuccess)
+			if p, _ := h.rdb.HGet(h.ctx, h.e.key("a", as[0].ID), "payload").Result(); p != "" {
+				t.Fatal("finished attempt keeps its payload")
+			}
+		})
+	})
+}
+
+func TestFailureThreshold(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		s := spec("web", 3, "web", 1, 1, 0)
+		s.FailureThresholdPercent = 30
+		id, _ := h.create(s)
+		h.step()
+		h.complete(h.poll("n1")[0], fleetwave.ResultPermanent)
+		if res := h.step(); res.Dispatched != 0 {
+			t.Fatalf("dispatched %d past the failure threshold", res.Dispatched)
+		}
+		r, _ := h.rollout(id)
+		if r.Status != fleetwave.RolloutBlocked || r.Reason != fleetwave.ReasonFailureThreshold || r.Counters.Pending != 2 {
+			t.Fatalf("rollout %s %q %+v", r.Status, r.Reason, r.Counters)
+		}
+		t.Run("a newer generation supersedes the halted rollout's pending items", func(t *testing.T) {
+			id2, items := h.create(spec("web-g2", 3, "web", 2, 3, 0))
+			if id2 == "" || len(items) != 3 {
+				t.Fatalf("created %q %v", id2, items)
+			}
+			h.step()
+			if as := h.pollAll(3); len(as) != 3 {
+				t.Fatalf("new generation dispatched %v", ids(as))
+			}
+			if r, _ := h.rollout(id); r.Counters.Skipped != 2 || r.Status != fleetwave.RolloutBlocked {
+				t.Fatalf("halted rollout %s %+v", r.Status, r.Counters)
+			}
+		})
+	})
+}
+
+func TestLongPoll(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		h.create(spec("web", 1, "web", 1, 1, 0))
+		v0, _ := h.e.Version(h.ctx)
+		type result struct {
+			as  []fleetwave.Attempt
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			as, err := h.e.Poll(context.Background(), "n1", 5, time.Minute)
+			done <- result{as, err}
+		}()
+		if _, err := h.e.Step(h.ctx, h.fence); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		if got.err != nil || len(got.as) != 1 || got.as[0].Node != "n1" || got.as[0].Fence != h.fence {
+			t.Fatalf("long poll returned %+v (%v)", got.as, got.err)
+		}
+		if got.as[0].Deadline.IsZero() || !got.as[0].Deadline.Equal(t0.Add(60*time.Second+DefaultDeliveryGrace)) {
+			t.Fatalf("deadline %v", got.as[0].Deadline)
+		}
+		if v, _ := h.e.Version(h.ctx); v <= v0 {
+			t.Fatalf("version %d did not move from %d", v, v0)
+		}
+	})
+}

@@ -1,0 +1,302 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// backends runs fn against a real redis-server and against miniredis (the
+// embedded mode), through the same engine code.
+func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Helper()
+	t.Run("redis-server", func(t *testing.T) {
+		fn(t, redistest.Start(t).Client(t))
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		fn(t, c)
+	})
+}
+
+// harness is an engine on one backend with a fake clock and a leader fence.
+type harness struct {
+	t     *testing.T
+	ctx   context.Context
+	rdb   redis.UniversalClient
+	clk   *clock.Fake
+	e     *Engine
+	fence int64
+	// seen records every item status check observed, so randomized runs can
+	// assert they reached every state.
+	seen map[fleetwave.ItemStatus]bool
+}
+
+func newHarness(t *testing.T, rdb redis.UniversalClient, opts ...Option) *harness {
+	t.Helper()
+	clk := clock.NewFake(t0)
+	base := []Option{
+		WithClock(clk),
+		WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)),
+		WithRand(rand.New(rand.NewSource(1))),
+		WithPrefix("test"),
+	}
+	e := New(rdb, append(base, opts...)...)
+	ctx := context.Background()
+	if err := e.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fence, err := e.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, ctx: ctx, rdb: rdb, clk: clk, e: e, fence: fence, seen: map[fleetwave.ItemStatus]bool{}}
+}
+
+// spec returns a rollout spec over nodes n1..nN for block at generation gen.
+func spec(base string, n int, block string, gen int64, maxConcurrent, maxRetries int) fleetwave.RolloutSpec {
+	s := fleetwave.RolloutSpec{
+		BaseID:        base,
+		Source:        fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, base), Generation: gen, Kind: fleetwave.SourceScheduler},
+		MaxConcurrent: maxConcurrent,
+		MaxRetries:    maxRetries,
+	}
+	for i := 1; i <= n; i++ {
+		s.Items = append(s.Items, itemSpec(fmt.Sprintf("n%d", i), block, gen))
+	}
+	return s
+}
+
+func itemSpec(node, block string, gen int64) fleetwave.ItemSpec {
+	return fleetwave.ItemSpec{
+		Node: node, Block: block, Action: fleetwave.ActionUpgrade, Generation: gen,
+		TargetVersion: fmt.Sprintf("v%d", gen), ConfigHash: fmt.Sprintf("hash-%s-%d", block, gen),
+		Payload: fleetwave.AttemptPayload{Command: "deploy " + block, TimeoutSeconds: 60, Config: "secret: s3cr3t"},
+	}
+}
+
+func (h *harness) create(s fleetwave.RolloutSpec) (string, []string) {
+	h.t.Helper()
+	id, items, err := h.e.CreateRollout(h.ctx, h.fence, s)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.check()
+	return id, items
+}
+
+func (h *harness) step() StepResult {
+	h.t.Helper()
+	res, err := h.e.Step(h.ctx, h.fence)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.check()
+	return res
+}
+
+func (h *harness) poll(node string) []fleetwave.Attempt {
+	h.t.Helper()
+	as, err := h.e.Poll(h.ctx, node, 10, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.check()
+	return as
+}
+
+func (h *harness) complete(a fleetwave.Attempt, class fleetwave.ResultClass) {
+	h.t.Helper()
+	res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: class}
+	if class == fleetwave.ResultSuccess {
+		res.Instance = &fleetwave.InstanceStatus{Block: a.Block, Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: a.Generation}
+	}
+	if err := h.e.Complete(h.ctx, a.Node, res); err != nil {
+		h.t.Fatal(err)
+	}
+	h.check()
+}
+
+func (h *harness) report(r fleetwave.Report) {
+	h.t.Helper()
+	if err := h.e.Report(h.ctx, r); err != nil {
+		h.t.Fatal(err)
+	}
+	h.check()
+}
+
+func (h *harness) rollout(id string) (fleetwave.Rollout, []fleetwave.Item) {
+	h.t.Helper()
+	r, items, err := h.e.Rollout(h.ctx, id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r, items
+}
+
+func (h *harness) item(id string) fleetwave.Item {
+	h.t.Helper()
+	rid := id[:strings.LastIndex(id, ".")]
+	_, items := h.rollout(rid)
+	for _, it := range items {
+		if it.ID == id {
+			return it
+		}
+	}
+	h.t.Fatalf("item %s not found", id)
+	return fleetwave.Item{}
+}
+
+// pollAll polls nodes n1..nN.
+func (h *harness) pollAll(n int) []fleetwave.Attempt {
+	h.t.Helper()
+	var out []fleetwave.Attempt
+	for i := 1; i <= n; i++ {
+		out = append(out, h.poll(fmt.Sprintf("n%d", i))...)
+	}
+	return out
+}
+
+func sum(c fleetwave.Counters) int64 { return c.Done + c.InProgress + c.Pending + c.Failed + c.Skipped }
+
+// check asserts the invariants that must hold after every operation:
+// counters (per rollout and fleet) sum to their total and match the items'
+// statuses; a rollout never has more than max_concurrent items in flight;
+// at most one active item per block instance, and it is the one the
+// instance points to; every item is where its status says (no item lost).
+func (h *harness) check() {
+	h.t.Helper()
+	ctx := h.ctx
+	rollouts, err := h.e.Rollouts(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var fleet fleetwave.Counters
+	active := map[fleetwave.InstanceKey]string{}
+	deadlines := h.zset("deadlines")
+	retry := h.zset("retry")
+	for _, r := range rollouts {
+		if got := sum(r.Counters); got != r.Counters.Total {
+			h.t.Fatalf("rollout %s counters sum to %d, total %d: %+v", r.ID, got, r.Counters.Total, r.Counters)
+		}
+		_, items := h.rollout(r.ID)
+		var recount fleetwave.Counters
+		inFlight := 0
+		pending := h.zset("r:" + r.ID + ":pending")
+		inflightSet := h.set("r:" + r.ID + ":inflight")
+		for _, it := range items {
+			recount.Add(it.Status, 1)
+			h.seen[it.Status] = true
+			fleet.Add(it.Status, 1)
+			switch it.Status {
+			case fleetwave.ItemInProgress, fleetwave.ItemRetrying, fleetwave.ItemAmbiguous:
+				inFlight++
+			}
+			if it.Status.Active() {
+				k := fleetwave.InstanceKey{Node: it.Node, Block: it.Block}
+				if other, dup := active[k]; dup {
+					h.t.Fatalf("instance %s has two active items: %s and %s", k, other, it.ID)
+				}
+				active[k] = it.ID
+				got, err := h.rdb.HGet(ctx, h.e.key("inst", it.Node, it.Block), "active").Result()
+				if err != nil || got != it.ID {
+					h.t.Fatalf("instance %s points to %q (%v), want %s", k, got, err, it.ID)
+				}
+			}
+			if (it.Status == fleetwave.ItemPending) != pending[it.ID] {
+				h.t.Fatalf("item %s is %s but in pending set = %v", it.ID, it.Status, pending[it.ID])
+			}
+			if (inFlightStatus(it.Status)) != inflightSet[it.ID] {
+				h.t.Fatalf("item %s is %s but in in-flight set = %v", it.ID, it.Status, inflightSet[it.ID])
+			}
+			if it.Status == fleetwave.ItemInProgress && !deadlines[it.LastAttempt] {
+				h.t.Fatalf("item %s is in progress but attempt %s has no deadline", it.ID, it.LastAttempt)
+			}
+			if (it.Status == fleetwave.ItemRetrying) != retry[it.ID] {
+				h.t.Fatalf("item %s is %s but in retry set = %v", it.ID, it.Status, retry[it.ID])
+			}
+		}
+		if recount != r.Counters {
+			h.t.Fatalf("rollout %s counters %+v, items say %+v", r.ID, r.Counters, recount)
+		}
+		if inFlight > r.MaxConcurrent {
+			h.t.Fatalf("rollout %s has %d items in flight, max_concurrent %d", r.ID, inFlight, r.MaxConcurrent)
+		}
+		if r.Status == fleetwave.RolloutCompleted && (recount.Pending+recount.InProgress) != 0 {
+			h.t.Fatalf("rollout %s completed with active items: %+v", r.ID, recount)
+		}
+	}
+	c, err := h.e.Counters(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if c != fleet {
+		h.t.Fatalf("fleet counters %+v, items say %+v", c, fleet)
+	}
+	if sum(c) != c.Total {
+		h.t.Fatalf("fleet counters sum to %d, total %d", sum(c), c.Total)
+	}
+}
+
+func inFlightStatus(s fleetwave.ItemStatus) bool {
+	return s == fleetwave.ItemInProgress || s == fleetwave.ItemRetrying || s == fleetwave.ItemAmbiguous
+}
+
+func (h *harness) zset(name string) map[string]bool {
+	h.t.Helper()
+	ids, err := h.rdb.ZRange(h.ctx, h.e.key(name), 0, -1).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return toSet(ids)
+}
+
+func (h *harness) set(name string) map[string]bool {
+	h.t.Helper()
+	ids, err := h.rdb.SMembers(h.ctx, h.e.key(name)).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return toSet(ids)
+}
+
+func toSet(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+func ids(as []fleetwave.Attempt) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.ID
+	}
+	sort.Strings(out)
+	return out
+}
+
+func mustErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("error = %v, want %v", err, want)
+	}
+}

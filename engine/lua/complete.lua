@@ -1,0 +1,38 @@
+-- complete: ARGV[4] node, [5] attempt id, [6] attempt fence, [7] class,
+-- [8] exit code, [9] backoff base ms, [10] backoff max ms, [11] jitter,
+-- [12] observed instance json ("" = none).
+-- Returns {'ok', rollouts completed} or {'unknown_attempt'|'wrong_node'|'stale_attempt'}.
+local node, aid = ARGV[4], ARGV[5]
+local class = ARGV[7]
+local a = hgetall(k_a(aid))
+if not a.id then
+  return { 'unknown_attempt' }
+end
+if a.node ~= node then
+  return { 'wrong_node' }
+end
+if a.fence ~= ARGV[6] or (a.state ~= 'queued' and a.state ~= 'delivered') then
+  return { 'stale_attempt' }
+end
+local it = hgetall(k_i(a.item))
+if it.status ~= 'in_progress' or it.last_attempt ~= aid then
+  return { 'stale_attempt' }
+end
+close_attempt(aid, node, 'done', class)
+redis.call('HSET', k_a(aid), 'exit_code', ARGV[8])
+local done = 0
+if class == 'success' then
+  redis.call('HSET', k_i(it.id), 'last_class', 'success')
+  done = finish(it, 'completed', '')
+  if ARGV[12] ~= '' then
+    redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[12])
+    redis.call('SADD', P .. 'obs_nodes', node)
+  end
+elseif class == 'transient' then
+  done = transient(it, tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]))
+else
+  redis.call('HSET', k_i(it.id), 'last_class', 'permanent')
+  done = finish(it, 'blocked', 'permanent_failure')
+end
+bump()
+return { 'ok', done }

@@ -1,0 +1,95 @@
+-- create_rollout: ARGV[4] base id, [5] source json, [6] max_concurrent,
+-- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
+-- [10] source user, [11] item count, then 12 fields per item:
+-- node, block, action, generation, target_version, config_hash,
+-- desired_state, managed_by, criticality, one_shot, timeout_ms, payload.
+-- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
+if not check_fence() then
+  return { 'stale_fence' }
+end
+local NF = 12
+local n = tonumber(ARGV[11])
+local rid = nil
+local pos = 0
+local out = { 'ok', '' }
+local changed = false
+
+local function alloc_id(base)
+  if base == '' then
+    base = 'rollout'
+  end
+  local id = base
+  local i = 1
+  while redis.call('EXISTS', k_r(id)) == 1 do
+    i = i + 1
+    id = base .. '-' .. i
+  end
+  return id
+end
+
+local function open_rollout()
+  rid = alloc_id(ARGV[4])
+  local seq = redis.call('INCR', P .. 'seq')
+  redis.call('HSET', k_r(rid), 'id', rid, 'status', 'active', 'reason', '',
+    'source', ARGV[5], 'max_concurrent', ARGV[6], 'failure_threshold_percent', ARGV[7],
+    'max_retries', ARGV[8], 'wave', '0', 'seq', int(seq),
+    'c_total', '0', 'c_done', '0', 'c_in_progress', '0', 'c_pending', '0', 'c_failed', '0', 'c_skipped', '0',
+    'created_at', int(NOW), 'updated_at', int(NOW))
+  redis.call('ZADD', P .. 'rollouts', int(seq), rid)
+  redis.call('ZADD', P .. 'active', int(seq), rid)
+  out[2] = rid
+end
+
+for i = 0, n - 1 do
+  local b = 11 + i * NF
+  local node, block = ARGV[b + 1], ARGV[b + 2]
+  local gen = tonumber(ARGV[b + 4])
+  local hash = ARGV[b + 6]
+  local ik = k_inst(node, block)
+  local inst = hgetall(ik)
+  local create = true
+  if inst.active then
+    local cur = hgetall(k_i(inst.active))
+    if not cur.status or not ACTIVE[cur.status] then
+      redis.call('HDEL', ik, 'active') -- dangling pointer: heal
+    elseif num(cur.generation) >= gen then
+      create = false -- already covered
+    elseif cur.status == 'pending' then
+      finish(cur, 'skipped', 'superseded')
+      changed = true
+    else
+      create = false -- an older attempt is running: let it finish first
+    end
+  elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
+      and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
+    create = false -- needs a newer generation
+  end
+  if create then
+    if not rid then
+      open_rollout()
+    end
+    pos = pos + 1
+    local id = rid .. '.' .. pos
+    redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
+      'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
+      'target_version', ARGV[b + 5], 'config_hash', hash, 'desired_state', ARGV[b + 7],
+      'managed_by', ARGV[b + 8], 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10],
+      'timeout_ms', ARGV[b + 11], 'status', 'pending', 'reason', '',
+      'source', ARGV[9], 'source_user', ARGV[10], 'wave', '0', 'retry_count', '0',
+      'retry_after', '0', 'dispatched_at', '0', 'completed_at', '0', 'attempts', '0',
+      'last_attempt', '', 'last_class', '', 'created_at', int(NOW), 'updated_at', int(NOW))
+    redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
+    redis.call('RPUSH', k_r(rid) .. ':items', id)
+    redis.call('ZADD', k_r(rid) .. ':pending', int(pos), id)
+    redis.call('HSET', ik, 'active', id)
+    redis.call('HINCRBY', k_r(rid), 'c_total', 1)
+    redis.call('HINCRBY', KEYS[4], 'total', 1)
+    count(rid, 'pending', 1)
+    out[#out + 1] = id
+    changed = true
+  end
+end
+if changed then
+  bump()
+end
+return out

@@ -1,0 +1,54 @@
+-- report: ARGV[4] node, [5] report json (without instances), [6] sent_at ms,
+-- [7] instance count, then 5 fields per instance: block, generation,
+-- config_hash, state, instance json.
+-- Stores the observation and resolves the node's ambiguous items.
+-- Returns {'ok', resolved items, rollouts completed}.
+local node = ARGV[4]
+local sent = tonumber(ARGV[6])
+local n = tonumber(ARGV[7])
+redis.call('HSET', P .. 'obs', node, ARGV[5])
+redis.call('SADD', P .. 'obs_nodes', node)
+local ik = P .. 'obsi:' .. node
+redis.call('DEL', ik)
+local seen = {}
+for i = 0, n - 1 do
+  local b = 7 + i * 5
+  seen[ARGV[b + 1]] = { gen = num(ARGV[b + 2]), hash = ARGV[b + 3], state = ARGV[b + 4] }
+  redis.call('HSET', ik, ARGV[b + 1], ARGV[b + 5])
+end
+local resolved, completed = 0, 0
+local amb = redis.call('SMEMBERS', P .. 'amb:' .. node)
+for _, id in ipairs(amb) do
+  local it = hgetall(k_i(id))
+  if it.status ~= 'ambiguous' then
+    redis.call('SREM', P .. 'amb:' .. node, id)
+  else
+    local disp = num(redis.call('HGET', k_a(it.last_attempt), 'dispatched_at'))
+    if disp == 0 then
+      disp = num(it.dispatched_at)
+    end
+    if sent > disp then
+      local inst = seen[it.block]
+      local done
+      if it.desired_state == 'absent' then
+        done = inst == nil or inst.state == 'absent'
+      else
+        done = inst ~= nil and inst.gen >= num(it.generation)
+          and ((it.config_hash or '') == '' or inst.hash == it.config_hash)
+      end
+      resolved = resolved + 1
+      if done then
+        completed = completed + finish(it, 'completed', '')
+      elseif it.one_shot == '1' then
+        completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
+      else
+        set_status(it, 'pending', '')
+        redis.call('SREM', P .. 'amb:' .. node, id)
+        redis.call('SREM', k_r(it.rollout) .. ':inflight', id)
+        redis.call('ZADD', k_r(it.rollout) .. ':pending', it.pos, id)
+      end
+    end
+  end
+end
+bump()
+return { 'ok', resolved, completed }

@@ -1,0 +1,9 @@
+-- resign: ARGV[4] owner. Frees the lease when it is ours at our fence; the
+-- epoch is kept so the next Campaign hands out a higher fence.
+-- Returns {'ok'} or {'not_leader'}.
+local l = hgetall(KEYS[2])
+if l.owner ~= ARGV[4] or l.fence ~= FENCE then
+  return { 'not_leader' }
+end
+redis.call('DEL', KEYS[2])
+return { 'ok' }

@@ -1,0 +1,265 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// Observations returns the latest full report of every node, with the
+// instances observed since (successful attempts update one instance).
+func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, error) {
+	nodes, err := e.rdb.SMembers(ctx, e.key("obs_nodes")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read observed nodes: %w", err)
+	}
+	sort.Strings(nodes)
+	pipe := e.rdb.Pipeline()
+	heads := make([]*redis.StringCmd, len(nodes))
+	insts := make([]*redis.MapStringStringCmd, len(nodes))
+	for i, n := range nodes {
+		heads[i] = pipe.HGet(ctx, e.key("obs"), n)
+		insts[i] = pipe.HGetAll(ctx, e.key("obsi", n))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read observations: %w", err)
+	}
+	obs := make(fleetwave.Observations, len(nodes))
+	for i, n := range nodes {
+		r := &fleetwave.Report{Node: n}
+		if s, err := heads[i].Result(); err == nil {
+			if err := json.Unmarshal([]byte(s), r); err != nil {
+				return nil, fmt.Errorf("decode report of %s: %w", n, err)
+			}
+		}
+		m := insts[i].Val()
+		blocks := make([]string, 0, len(m))
+		for b := range m {
+			blocks = append(blocks, b)
+		}
+		sort.Strings(blocks)
+		r.Instances = make([]fleetwave.InstanceStatus, 0, len(blocks))
+		for _, b := range blocks {
+			var in fleetwave.InstanceStatus
+			if err := json.Unmarshal([]byte(m[b]), &in); err != nil {
+				return nil, fmt.Errorf("decode instance %s of %s: %w", b, n, err)
+			}
+			if in.Block == "" {
+				in.Block = b
+			}
+			r.Instances = append(r.Instances, in)
+		}
+		obs[n] = r
+	}
+	return obs, nil
+}
+
+// Counters returns the fleet-wide counters, maintained by every script.
+func (e *Engine) Counters(ctx context.Context) (fleetwave.Counters, error) {
+	m, err := e.rdb.HGetAll(ctx, e.keys[3]).Result()
+	if err != nil {
+		return fleetwave.Counters{}, fmt.Errorf("read counters: %w", err)
+	}
+	return counters(m, ""), nil
+}
+
+// Version returns the outbox cursor: it grows with every state change.
+func (e *Engine) Version(ctx context.Context) (int64, error) {
+	v, err := e.rdb.Get(ctx, e.keys[2]).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read version: %w", err)
+	}
+	return v, nil
+}
+
+// Rollouts returns every rollout, newest first.
+func (e *Engine) Rollouts(ctx context.Context) ([]fleetwave.Rollout, error) {
+	ids, err := e.rdb.ZRevRange(ctx, e.key("rollouts"), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list rollouts: %w", err)
+	}
+	maps, err := e.hashes(ctx, "r", ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fleetwave.Rollout, 0, len(ids))
+	for _, m := range maps {
+		if len(m) == 0 {
+			continue
+		}
+		out = append(out, decodeRollout(m))
+	}
+	return out, nil
+}
+
+// Rollout returns one rollout and its items in dispatch order; ErrNotFound
+// when there is no such rollout.
+func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
+	m, err := e.rdb.HGetAll(ctx, e.key("r", id)).Result()
+	if err != nil {
+		return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return fleetwave.Rollout{}, nil, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
+	}
+	ids, err := e.rdb.LRange(ctx, e.key("r", id)+":items", 0, -1).Result()
+	if err != nil {
+		return fleetwave.Rollout{}, nil, fmt.Errorf("read items of %s: %w", id, err)
+	}
+	maps, err := e.hashes(ctx, "i", ids)
+	if err != nil {
+		return fleetwave.Rollout{}, nil, err
+	}
+	items := make([]fleetwave.Item, 0, len(maps))
+	for _, im := range maps {
+		items = append(items, decodeItem(im))
+	}
+	return decodeRollout(m), items, nil
+}
+
+// ActiveItem returns the active item of block instance node/block, if any.
+func (e *Engine) ActiveItem(ctx context.Context, node, block string) (fleetwave.Item, bool, error) {
+	id, err := e.rdb.HGet(ctx, e.key("inst", node, block), "active").Result()
+	if errors.Is(err, redis.Nil) {
+		return fleetwave.Item{}, false, nil
+	}
+	if err != nil {
+		return fleetwave.Item{}, false, fmt.Errorf("read instance %s/%s: %w", node, block, err)
+	}
+	m, err := e.rdb.HGetAll(ctx, e.key("i", id)).Result()
+	if err != nil {
+		return fleetwave.Item{}, false, fmt.Errorf("read item %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return fleetwave.Item{}, false, nil
+	}
+	it := decodeItem(m)
+	if !it.Status.Active() {
+		return fleetwave.Item{}, false, nil
+	}
+	return it, true, nil
+}
+
+// hashes reads the hashes kind:id of ids in one pipeline.
+func (e *Engine) hashes(ctx context.Context, kind string, ids []string) ([]map[string]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, e.key(kind, id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read %d records: %w", len(ids), err)
+	}
+	out := make([]map[string]string, len(ids))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+func counters(m map[string]string, prefix string) fleetwave.Counters {
+	return fleetwave.Counters{
+		Total:      atoi(m[prefix+"total"]),
+		Done:       atoi(m[prefix+"done"]),
+		InProgress: atoi(m[prefix+"in_progress"]),
+		Pending:    atoi(m[prefix+"pending"]),
+		Failed:     atoi(m[prefix+"failed"]),
+		Skipped:    atoi(m[prefix+"skipped"]),
+	}
+}
+
+func decodeRollout(m map[string]string) fleetwave.Rollout {
+	r := fleetwave.Rollout{
+		ID:            m["id"],
+		Status:        fleetwave.RolloutStatus(m["status"]),
+		Reason:        m["reason"],
+		MaxConcurrent: int(atoi(m["max_concurrent"])),
+		Wave:          int(atoi(m["wave"])),
+		Counters:      counters(m, "c_"),
+		CreatedAt:     msTime(atoi(m["created_at"])),
+		UpdatedAt:     msTime(atoi(m["updated_at"])),
+	}
+	r.FailureThresholdPercent, _ = strconv.ParseFloat(m["failure_threshold_percent"], 64)
+	_ = json.Unmarshal([]byte(m["source"]), &r.Source)
+	return r
+}
+
+func decodeItem(m map[string]string) fleetwave.Item {
+	return fleetwave.Item{
+		ID:            m["id"],
+		Rollout:       m["rollout"],
+		Node:          m["node"],
+		Block:         m["block"],
+		Action:        m["action"],
+		Generation:    atoi(m["generation"]),
+		TargetVersion: m["target_version"],
+		ConfigHash:    m["config_hash"],
+		ManagedBy:     m["managed_by"],
+		Criticality:   fleetwave.Criticality(m["criticality"]),
+		Status:        fleetwave.ItemStatus(m["status"]),
+		Reason:        m["reason"],
+		Source:        fleetwave.ItemSource(m["source"]),
+		SourceUser:    m["source_user"],
+		Wave:          int(atoi(m["wave"])),
+		RetryCount:    int(atoi(m["retry_count"])),
+		RetryAfter:    msTime(atoi(m["retry_after"])),
+		DispatchedAt:  msTime(atoi(m["dispatched_at"])),
+		CompletedAt:   msTime(atoi(m["completed_at"])),
+		Attempts:      int(atoi(m["attempts"])),
+		LastAttempt:   m["last_attempt"],
+		LastClass:     fleetwave.ResultClass(m["last_class"]),
+		DesiredState:  fleetwave.DesiredState(m["desired_state"]),
+	}
+}
+
+// pairs turns a flat field/value reply into a map.
+func pairs(v any) map[string]string {
+	list, _ := v.([]any)
+	m := make(map[string]string, len(list)/2)
+	for i := 0; i+1 < len(list); i += 2 {
+		m[asString(list[i])] = asString(list[i+1])
+	}
+	return m
+}
+
+func decodeAttempt(m map[string]string) (fleetwave.Attempt, error) {
+	a := fleetwave.Attempt{
+		ID:            m["id"],
+		Item:          m["item"],
+		Rollout:       m["rollout"],
+		Node:          m["node"],
+		Block:         m["block"],
+		Action:        m["action"],
+		Generation:    atoi(m["generation"]),
+		TargetVersion: m["target_version"],
+		ConfigHash:    m["config_hash"],
+		DesiredState:  fleetwave.DesiredState(m["desired_state"]),
+		ManagedBy:     m["managed_by"],
+		Fence:         atoi(m["fence"]),
+		Deadline:      msTime(atoi(m["deadline"])),
+	}
+	if p := m["payload"]; p != "" {
+		if err := json.Unmarshal([]byte(p), &a.Payload); err != nil {
+			return fleetwave.Attempt{}, fmt.Errorf("decode payload of attempt %s: %w", a.ID, err)
+		}
+	}
+	return a, nil
+}

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// itemFields is the number of script arguments per item of CreateRollout.
+const itemFields = 12
+
+// CreateRollout records a rollout and its items in one atomic script, under
+// fence. Items are dispatched in the order given (the caller sorts them by
+// priority). Per block instance (node+block):
+//   - a spec is skipped when the instance already has an active item
+//     (pending, in_progress, retrying, ambiguous) of a generation >= its own;
+//   - a pending item of a lower generation is superseded (skipped, reason
+//     "superseded"); an older item already in flight is left to finish and
+//     the spec is skipped for now;
+//   - a spec is skipped when the instance's last finished item was blocked
+//     or failed at the same generation and config hash (it needs a newer
+//     generation).
+//
+// The id is spec.BaseID, or BaseID-2, -3, ... when taken. When no item
+// remains nothing is created and id is "". ErrStaleFence when fence is not
+// the current leader's.
+func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, []string, error) {
+	src, err := json.Marshal(spec.Source)
+	if err != nil {
+		return "", nil, fmt.Errorf("encode rollout source: %w", err)
+	}
+	args := make([]any, 0, 8+itemFields*len(spec.Items))
+	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
+		strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64), spec.MaxRetries,
+		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items))
+	for _, it := range spec.Items {
+		payload, err := json.Marshal(it.Payload)
+		if err != nil {
+			return "", nil, fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
+		}
+		oneShot := "0"
+		if it.Payload.OneShot {
+			oneShot = "1"
+		}
+		args = append(args, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
+			it.ConfigHash, string(it.DesiredState), it.ManagedBy, string(it.Criticality),
+			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload))
+	}
+	status, rest, err := e.run(ctx, "create_rollout", fenceArg(fence), e.nowMS(), args...)
+	if err != nil {
+		return "", nil, err
+	}
+	if status != "ok" {
+		return "", nil, ErrStaleFence
+	}
+	id := asString(rest[0])
+	items := make([]string, 0, len(rest)-1)
+	for _, v := range rest[1:] {
+		items = append(items, asString(v))
+	}
+	if id != "" {
+		e.log.Info().Str("rollout", id).Int("items", len(items)).Int64("fence", fence).
+			Int64("generation", spec.Source.Generation).Msg("rollout created")
+	} else {
+		e.log.Debug().Str("rollout", spec.BaseID).Msg("rollout has no new item")
+	}
+	return id, items, nil
+}
+
+// StepResult counts what one Step did, for logging and metrics.
+type StepResult struct {
+	Dispatched int // attempts created (new waves and retries)
+	Expired    int // attempts past their deadline handled
+	Completed  int // rollouts completed
+}
+
+// Step advances every rollout by one level-based pass, under fence:
+//  1. attempts past their deadline: never delivered -> transient failure
+//     (the agent is offline: retry with backoff); delivered without a
+//     result -> the item is ambiguous (reason awaiting_report);
+//  2. retrying items whose retry_after passed get a new attempt;
+//  3. every active rollout whose current wave has nothing in flight either
+//     completes (every item terminal), halts (failure threshold exceeded)
+//     or starts its next wave of up to max_concurrent pending items.
+//
+// Step is re-entrant: calling it again with nothing due changes nothing.
+// ErrStaleFence when fence is not the current leader's.
+func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
+	args := []any{e.grace.Milliseconds(), e.base.Milliseconds(), e.max.Milliseconds(),
+		DefaultActionTimeout.Milliseconds(), batchLimit}
+	for range jitterCount {
+		args = append(args, strconv.FormatFloat(e.jitter(), 'f', 6, 64))
+	}
+	status, rest, err := e.run(ctx, "step", fenceArg(fence), e.nowMS(), args...)
+	if err != nil {
+		return StepResult{}, err
+	}
+	if status != "ok" {
+		return StepResult{}, ErrStaleFence
+	}
+	counts, _ := rest[0].([]any)
+	var res StepResult
+	if len(counts) == 3 {
+		res = StepResult{Dispatched: int(asInt(counts[0])), Expired: int(asInt(counts[1])), Completed: int(asInt(counts[2]))}
+	}
+	events, _ := rest[1].([]any)
+	for _, ev := range events {
+		f, _ := ev.([]any)
+		if len(f) != 3 {
+			continue
+		}
+		rid, detail := asString(f[1]), asString(f[2])
+		switch asString(f[0]) {
+		case "wave":
+			e.log.Info().Str("rollout", rid).Str("wave", detail).Msg("wave started")
+		case "completed":
+			e.log.Info().Str("rollout", rid).Msg("rollout completed")
+		case "halted":
+			e.log.Warn().Str("rollout", rid).Str("reason", detail).Msg("rollout halted")
+		case "undelivered":
+			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("attempt not delivered before deadline")
+		case "ambiguous":
+			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("attempt result lost")
+		}
+	}
+	return res, nil
+}
