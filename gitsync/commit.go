@@ -1,0 +1,378 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/fleetwave/fleetwave/internal/clock"
+)
+
+const (
+	pushBackoffBase = 100 * time.Millisecond
+	pushBackoffMax  = 2 * time.Second
+)
+
+// CommitStatus writes files on top of the remote tip and pushes the result
+// as one commit. Every path must be a clean relative path under status/; a
+// nil value deletes the file (or the whole directory at that path), any
+// other value, even empty, is the file's content. message is the full
+// commit message.
+//
+// The commit is built with plumbing (no worktree), authored and committed
+// by the configured author at the clock's time. The push carries a lease on
+// the tip it was built on; when another pusher moved the branch in between,
+// CommitStatus fetches again and rebuilds on the new tip, up to the retry
+// limit with exponential backoff, and returns an error wrapping ErrPushRaces
+// after the last attempt. It never force-pushes, so nobody's commit is lost.
+//
+// When the files change nothing (the tree equals the tip's), no commit is
+// made and the returned hash is "".
+func (r *Repo) CommitStatus(ctx context.Context, files map[string][]byte, message string) (commit string, err error) {
+	edits := make(map[string][]byte, len(files))
+	for p, data := range files {
+		if err := checkStatusPath(p); err != nil {
+			return "", err
+		}
+		edits[p] = data
+	}
+	if len(edits) == 0 {
+		return "", nil
+	}
+	if strings.TrimSpace(message) == "" {
+		return "", errors.New("status commit message is empty")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return "", err
+	}
+	branchRef := plumbing.NewBranchReferenceName(r.src.Branch)
+	for attempt := 1; ; attempt++ {
+		tip, err := r.fetch(ctx)
+		if err != nil {
+			return "", err
+		}
+		tipCommit, err := r.repo.CommitObject(tip)
+		if err != nil {
+			return "", fmt.Errorf("tip %s: %w", tip, err)
+		}
+		tree, err := editTree(r.repo.Storer, tipCommit.TreeHash, edits)
+		if err != nil {
+			return "", fmt.Errorf("build status tree: %w", err)
+		}
+		if tree == tipCommit.TreeHash {
+			r.opts.log.Debug().Str("commit", tip.String()).Msg("status unchanged: nothing to commit")
+			return "", nil
+		}
+		sig := object.Signature{Name: r.opts.authorName, Email: r.opts.authorEmail, When: r.opts.clock.Now()}
+		h, err := writeCommit(r.repo.Storer, tree, []plumbing.Hash{tip}, sig, sig, message)
+		if err != nil {
+			return "", fmt.Errorf("write status commit: %w", err)
+		}
+		if r.beforePush != nil {
+			r.beforePush(attempt)
+		}
+		err = r.repo.PushContext(ctx, &git.PushOptions{
+			RemoteName:        remoteName,
+			RefSpecs:          []config.RefSpec{config.RefSpec(h.String() + ":" + branchRef.String())},
+			RequireRemoteRefs: []config.RefSpec{config.RefSpec(tip.String() + ":" + branchRef.String())},
+		})
+		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
+			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), h)); err != nil {
+				return "", fmt.Errorf("update tracking ref: %w", err)
+			}
+			r.opts.log.Info().Str("commit", h.String()).Str("parent", tip.String()).Int("files", len(edits)).Int("attempt", attempt).Msg("status pushed")
+			return h.String(), nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		if !isPushRace(err) {
+			return "", r.translate("push", err)
+		}
+		if attempt >= r.opts.pushRetries {
+			return "", fmt.Errorf("%w: %d attempts, last: %v", ErrPushRaces, attempt, err)
+		}
+		wait := min(pushBackoffBase<<(attempt-1), pushBackoffMax)
+		r.opts.log.Warn().Err(err).Int("attempt", attempt).Dur("backoff", wait).Msg("status push raced, rebuilding on the new tip")
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-r.opts.clock.After(wait):
+		}
+	}
+}
+
+// isPushRace reports whether a push failed because the remote branch moved.
+// go-git reports these as plain strings, not sentinels.
+func isPushRace(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "non-fast-forward") ||
+		strings.Contains(s, "required to be") ||
+		strings.Contains(s, "failed to update ref") ||
+		strings.Contains(s, "fetch first") ||
+		strings.Contains(s, "cannot lock ref")
+}
+
+// checkStatusPath accepts a clean relative slash path under status/.
+func checkStatusPath(p string) error {
+	if err := checkRelPath(p); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(p, StatusDir+"/") {
+		return fmt.Errorf("%w: %q is not under %s/", ErrUnsafePath, p, StatusDir)
+	}
+	return nil
+}
+
+// checkRelPath accepts a clean relative slash path whose elements cannot
+// leave the repository.
+func checkRelPath(p string) error {
+	if p == "" || strings.HasPrefix(p, "/") || filepath.IsAbs(p) {
+		return fmt.Errorf("%w: %q is empty or absolute", ErrUnsafePath, p)
+	}
+	for _, el := range strings.Split(p, "/") {
+		if !safeName(el) {
+			return fmt.Errorf("%w: %q", ErrUnsafePath, p)
+		}
+	}
+	return nil
+}
+
+func writeBlob(s storer.EncodedObjectStorer, data []byte) (plumbing.Hash, error) {
+	obj := s.NewEncodedObject()
+	obj.SetType(plumbing.BlobObject)
+	obj.SetSize(int64(len(data)))
+	w, err := obj.Writer()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if _, err := w.Write(data); err != nil {
+		_ = w.Close()
+		return plumbing.ZeroHash, err
+	}
+	if err := w.Close(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return s.SetEncodedObject(obj)
+}
+
+func writeTree(s storer.EncodedObjectStorer, entries []object.TreeEntry) (plumbing.Hash, error) {
+	sort.Sort(object.TreeEntrySorter(entries))
+	obj := s.NewEncodedObject()
+	if err := (&object.Tree{Entries: entries}).Encode(obj); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return s.SetEncodedObject(obj)
+}
+
+// editTree returns the hash of tree base with edits applied (path ->
+// content, nil = delete). Only trees along edited paths are rewritten;
+// untouched subtrees are reused by hash. A zero base is the empty tree; a
+// tree left empty yields the zero hash (git has no empty subtrees).
+func editTree(s storer.EncodedObjectStorer, base plumbing.Hash, edits map[string][]byte) (plumbing.Hash, error) {
+	var entries []object.TreeEntry
+	if !base.IsZero() {
+		t, err := object.GetTree(s, base)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		entries = t.Entries
+	}
+	direct, deleted, sub := map[string][]byte{}, map[string]bool{}, map[string]map[string][]byte{}
+	for p, data := range edits {
+		if dir, rest, ok := strings.Cut(p, "/"); ok {
+			if sub[dir] == nil {
+				sub[dir] = map[string][]byte{}
+			}
+			sub[dir][rest] = data
+		} else if data == nil {
+			deleted[p] = true
+		} else {
+			direct[p] = data
+		}
+	}
+	out := make([]object.TreeEntry, 0, len(entries)+len(direct)+len(sub))
+	for _, e := range entries {
+		if deleted[e.Name] {
+			continue
+		}
+		if _, ok := direct[e.Name]; ok {
+			continue // replaced below
+		}
+		if se, ok := sub[e.Name]; ok {
+			var childBase plumbing.Hash
+			if e.Mode == filemode.Dir {
+				childBase = e.Hash
+			}
+			h, err := editTree(s, childBase, se)
+			if err != nil {
+				return plumbing.ZeroHash, err
+			}
+			delete(sub, e.Name)
+			if !h.IsZero() {
+				out = append(out, object.TreeEntry{Name: e.Name, Mode: filemode.Dir, Hash: h})
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	for name, data := range direct {
+		h, err := writeBlob(s, data)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		out = append(out, object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: h})
+	}
+	for name, se := range sub {
+		h, err := editTree(s, plumbing.ZeroHash, se)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if !h.IsZero() {
+			out = append(out, object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
+		}
+	}
+	if len(out) == 0 {
+		return plumbing.ZeroHash, nil
+	}
+	return writeTree(s, out)
+}
+
+func writeCommit(s storer.EncodedObjectStorer, tree plumbing.Hash, parents []plumbing.Hash, author, committer object.Signature, msg string) (plumbing.Hash, error) {
+	if tree.IsZero() {
+		h, err := writeTree(s, nil) // the empty tree
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		tree = h
+	}
+	c := &object.Commit{Author: author, Committer: committer, Message: msg, TreeHash: tree, ParentHashes: parents}
+	obj := s.NewEncodedObject()
+	if err := c.Encode(obj); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return s.SetEncodedObject(obj)
+}
+
+func signature(a CommitInfo) (object.Signature, error) {
+	if a.Author == "" || a.Email == "" {
+		return object.Signature{}, errors.New("author name and email are required")
+	}
+	when := a.When
+	if when.IsZero() {
+		when = clock.Real{}.Now()
+	}
+	return object.Signature{Name: a.Author, Email: a.Email, When: when}, nil
+}
+
+// SeedBare creates a bare repository at bareDir (absent or empty) whose
+// branch (default "main") holds one commit with every regular file under
+// srcDir, skipping .git directories and symbolic links. The commit is built
+// with plumbing, authored and committed by author (author.When, or now when
+// zero), and HEAD points at the branch. It returns the commit hash.
+func SeedBare(ctx context.Context, srcDir, bareDir, branch, message string, author CommitInfo) (commit string, err error) {
+	if branch == "" {
+		branch = defaultBranch
+	}
+	ref := plumbing.NewBranchReferenceName(branch)
+	if err := ref.Validate(); err != nil {
+		return "", fmt.Errorf("branch %q: %w", branch, err)
+	}
+	sig, err := signature(author)
+	if err != nil {
+		return "", err
+	}
+	files := map[string][]byte{}
+	err = filepath.WalkDir(srcDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" && p != srcDir {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(srcDir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if err := checkRelPath(rel); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files[rel] = data
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", srcDir, err)
+	}
+	repo, err := git.PlainInitWithOptions(bareDir, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: ref}})
+	if err != nil {
+		return "", fmt.Errorf("init %s: %w", bareDir, err)
+	}
+	tree, err := editTree(repo.Storer, plumbing.ZeroHash, files)
+	if err != nil {
+		return "", fmt.Errorf("build tree: %w", err)
+	}
+	h, err := writeCommit(repo.Storer, tree, nil, sig, sig, message)
+	if err != nil {
+		return "", fmt.Errorf("write commit: %w", err)
+	}
+	if err := repo.Storer.SetReference(plumbing.NewHashReference(ref, h)); err != nil {
+		return "", fmt.Errorf("set %s: %w", ref, err)
+	}
+	return h.String(), nil
+}
+
+// InitWorktree does what `git init -b main && git add -A && git commit -m
+// message` does in dir: it creates a repository with a worktree, stages
+// every file (honouring .gitignore) and commits them as author (author.When,
+// or now when zero). The index matches the commit afterwards, so `git status`
+// is clean. dir must not already be a repository.
+func InitWorktree(dir, message string, author CommitInfo) (commit string, err error) {
+	sig, err := signature(author)
+	if err != nil {
+		return "", err
+	}
+	repo, err := git.PlainInitWithOptions(dir, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.NewBranchReferenceName(defaultBranch)}})
+	if err != nil {
+		return "", fmt.Errorf("init %s: %w", dir, err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return "", fmt.Errorf("worktree %s: %w", dir, err)
+	}
+	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		return "", fmt.Errorf("add files in %s: %w", dir, err)
+	}
+	h, err := wt.Commit(message, &git.CommitOptions{Author: &sig, Committer: &sig, AllowEmptyCommits: true})
+	if err != nil {
+		return "", fmt.Errorf("commit in %s: %w", dir, err)
+	}
+	return h.String(), nil
+}

@@ -1,0 +1,220 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+)
+
+func TestCommitStatusWritesOnlyStatus(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}", "status/old.yaml": "old\n"})
+	fake := clock.NewFake(testStart)
+	r := open(t, url, WithClock(fake), WithAuthor("fleetwave hub", "hub@example.com"))
+	base := fetch(t, r)
+
+	commit, err := r.CommitStatus(context.Background(), map[string][]byte{
+		"status/summary.yaml":       []byte("total: 1\n"),
+		"status/nodes/a.yaml":       []byte("node: a\n"),
+		"status/old.yaml":           nil,
+		"status/never-existed.yaml": nil,
+	}, "Update status\n\nFleetwave-Fence: 7\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commit == "" || gittest.Head(t, url) != commit {
+		t.Fatalf("CommitStatus = %q, remote head %s", commit, gittest.Head(t, url))
+	}
+	paths, err := r.ChangedPaths(context.Background(), base, commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"status/nodes/a.yaml", "status/old.yaml", "status/summary.yaml"}; !slices.Equal(paths, want) {
+		t.Fatalf("changed %v, want %v", paths, want)
+	}
+	if got, ok := gittest.ReadFile(t, url, "status/nodes/a.yaml"); !ok || got != "node: a\n" {
+		t.Fatalf("status/nodes/a.yaml = %q, %v", got, ok)
+	}
+	if _, ok := gittest.ReadFile(t, url, "status/old.yaml"); ok {
+		t.Fatal("a nil value did not delete status/old.yaml")
+	}
+	if got, ok := gittest.ReadFile(t, url, "nodes/a.json"); !ok || got != "{}" {
+		t.Fatalf("an object file changed: %q, %v", got, ok)
+	}
+	info, err := r.CommitInfo(context.Background(), commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Author != "fleetwave hub" || info.Email != "hub@example.com" || !info.When.Equal(testStart) || info.Subject != "Update status" {
+		t.Fatalf("status commit info = %+v", info)
+	}
+	// the git CLI accepts what go-git built
+	bare := strings.TrimPrefix(url, "file://")
+	gittest.Git(t, bare, "fsck", "--strict", "--no-progress")
+
+	t.Run("unchanged files make no commit", func(t *testing.T) {
+		again, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("total: 1\n")}, "Update status")
+		if err != nil || again != "" {
+			t.Fatalf("CommitStatus with nothing new = %q, %v", again, err)
+		}
+		if gittest.Head(t, url) != commit {
+			t.Fatal("the remote moved although nothing changed")
+		}
+	})
+}
+
+func TestCommitStatusRefusesPathsOutsideStatus(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"a.json": "{}"})
+	r := open(t, url)
+	head := gittest.Head(t, url)
+	for _, p := range []string{
+		"nodes/a.json",
+		"status",
+		"/status/abs.yaml",
+		"status/../nodes/a.json",
+		"status/./x.yaml",
+		"status//x.yaml",
+		"status/.git/config",
+		`status\x.yaml`,
+		"",
+	} {
+		t.Run(fmt.Sprintf("path %q is refused", p), func(t *testing.T) {
+			_, err := r.CommitStatus(context.Background(), map[string][]byte{p: []byte("x")}, "Status")
+			if !errors.Is(err, ErrUnsafePath) {
+				t.Fatalf("CommitStatus(%q) error = %v, want ErrUnsafePath", p, err)
+			}
+		})
+	}
+	if gittest.Head(t, url) != head {
+		t.Fatal("a refused call still pushed")
+	}
+}
+
+func TestCommitStatusSurvivesAConcurrentHumanPush(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url)
+	fetch(t, r)
+
+	// a person pushes between the hub's fetch and its push
+	r.beforePush = func(attempt int) {
+		if attempt == 1 {
+			gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
+		}
+	}
+	commit, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := gittest.Log(t, url), []string{"Status", "Human change", "Initial commit"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %q, want %q", got, want)
+	}
+	if gittest.Head(t, url) != commit {
+		t.Fatalf("head %s, status commit %s", gittest.Head(t, url), commit)
+	}
+	if _, ok := gittest.ReadFile(t, url, "nodes/b.json"); !ok {
+		t.Fatal("the human commit's file was lost")
+	}
+	human := gittest.Git(t, strings.TrimPrefix(url, "file://"), "rev-parse", "main~1")
+	only, err := r.StatusOnly(context.Background(), human, commit)
+	if err != nil || !only {
+		t.Fatalf("StatusOnly(human, status) = %v, %v", only, err)
+	}
+}
+
+func TestCommitStatusGivesUpAfterTheRetryLimit(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url, WithPushRetries(2))
+	fetch(t, r)
+	pushes := 0
+	r.beforePush = func(attempt int) {
+		pushes++
+		gittest.Push(t, url, map[string]string{fmt.Sprintf("nodes/h%d.json", attempt): "{}"}, nil, fmt.Sprintf("Human %d", attempt))
+	}
+	_, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status")
+	if !errors.Is(err, ErrPushRaces) {
+		t.Fatalf("error = %v, want ErrPushRaces", err)
+	}
+	if pushes != 2 {
+		t.Fatalf("%d attempts, want 2", pushes)
+	}
+	if got, want := gittest.Log(t, url), []string{"Human 2", "Human 1", "Initial commit"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %q, want %q (nothing lost, nothing forced)", got, want)
+	}
+}
+
+func TestSeedBareAndInitWorktreeMakeReposGitReads(t *testing.T) {
+	isolateGit(t)
+	src := t.TempDir()
+	if err := writeAll(src, map[string]string{
+		"fleetwave.json":       `{"kind":"config"}`,
+		"nodes/a.json":         `{"name":"a"}`,
+		"blocks/web/main.json": `{}`,
+		".git/config":          "not copied",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../outside", filepath.Join(src, "nodes", "link.json")); err != nil {
+		t.Fatal(err)
+	}
+	author := CommitInfo{Author: "Seeder", Email: "seed@example.com", When: testStart}
+
+	t.Run("SeedBare commits every regular file and skips .git and symlinks", func(t *testing.T) {
+		bare := filepath.Join(t.TempDir(), "seed.git")
+		commit, err := SeedBare(context.Background(), src, bare, "main", "Seed fleet", author)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gittest.Git(t, bare, "log", "--format=%H %an <%ae> %s", "main"); got != commit+" Seeder <seed@example.com> Seed fleet" {
+			t.Fatalf("git log = %q", got)
+		}
+		if got := gittest.Git(t, bare, "symbolic-ref", "HEAD"); got != "refs/heads/main" {
+			t.Fatalf("HEAD -> %s", got)
+		}
+		files := gittest.Git(t, bare, "ls-tree", "-r", "--name-only", "main")
+		if want := "blocks/web/main.json\nfleetwave.json\nnodes/a.json"; files != want {
+			t.Fatalf("ls-tree = %q, want %q", files, want)
+		}
+		gittest.Git(t, bare, "fsck", "--strict", "--no-progress")
+		url := gittest.URL(bare)
+		if got, _ := gittest.ReadFile(t, url, "nodes/a.json"); got != `{"name":"a"}` {
+			t.Fatalf("nodes/a.json = %q", got)
+		}
+		if r := open(t, url); fetch(t, r) != commit {
+			t.Fatal("gitsync does not follow the seeded repository")
+		}
+	})
+
+	t.Run("InitWorktree leaves a clean worktree", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := writeAll(dir, map[string]string{"fleetwave.json": "{}", "nodes/a.json": "{}", ".gitignore": "*.tmp\n", "scratch.tmp": "x"}); err != nil {
+			t.Fatal(err)
+		}
+		commit, err := InitWorktree(dir, "Scaffold", CommitInfo{Author: "Init", Email: "init@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gittest.Git(t, dir, "status", "--porcelain"); got != "" {
+			t.Fatalf("git status --porcelain = %q", got)
+		}
+		if got := gittest.Git(t, dir, "log", "--format=%H %s", "main"); got != commit+" Scaffold" {
+			t.Fatalf("git log = %q", got)
+		}
+		if got := gittest.Git(t, dir, "ls-files"); got != ".gitignore\nfleetwave.json\nnodes/a.json" {
+			t.Fatalf("ls-files = %q", got)
+		}
+		if _, err := InitWorktree(dir, "Again", CommitInfo{Author: "Init", Email: "init@example.com"}); err == nil {
+			t.Fatal("InitWorktree re-initialized an existing repository")
+		}
+	})
+}

@@ -1,0 +1,61 @@
+// Package gitsync follows the tracked branch of the config repository and is
+// the only writer of status commits.
+//
+// # Mirror
+//
+// The remote (a file:// URL or a local path of a bare or non-bare repository,
+// both treated as a remote) is mirrored into a bare repository in a
+// directory the hub owns: cloned once with a single branch and no tags, then
+// updated by Fetch with a forced refspec into refs/remotes/origin/<branch>,
+// so force-pushes are followed. Nothing is ever checked out: files are read
+// from the object store at a commit, and changed paths come from comparing
+// tree hashes, which skips identical subtrees and never reads file contents.
+// go-git's file transport runs the git CLI's upload-pack and receive-pack,
+// so git must be installed for local remotes.
+//
+// A *git.Repository is not goroutine-safe even for reads, so every method of
+// Repo takes one mutex; the hub calls them from its loops without further
+// locking.
+//
+// # Hostile trees
+//
+// The repository is written by many people. Files refuses symbolic links,
+// submodules, files over the size limit and entry names that could leave
+// the repository, reporting each as a fleetwave.FileError so the hub rejects
+// the commit with a clear message instead of failing the sync. Paths passed
+// in by callers (CommitStatus) must be clean, relative and under status/.
+//
+// # Generations
+//
+// gitsync does not know the schema: a Normalizer injected by the hub says
+// which paths hold which object and what an object's canonical bytes are.
+// An object's generation is a pure function of first-parent history: walking
+// from the root commit, it grows by one each time the hash of the object's
+// normalized content changes (appearing counts; a deleted object keeps its
+// generation and continues from it if it reappears). Because the diff skips
+// the top-level status/ tree by hash, the hub's own commits cost one tree
+// comparison each. States are cached per commit (a few recent ones), so a
+// new commit on top costs only its own diff; after a restart the history is
+// replayed once.
+//
+// Generations never decrease. The highest generation returned per object and
+// the commit it was returned at are kept as high-water marks, in memory and
+// in a small JSON file in the mirror directory. When the branch is rewritten
+// (the new tip does not descend from the marks' commit), generations are
+// recomputed from the new history and lifted to the marks: an object whose
+// content is the one it had at its mark keeps the mark; any other content
+// gets the mark plus one, so the reconciler sees a new generation.
+//
+// # Status commits
+//
+// CommitStatus builds the commit with plumbing on top of the freshly fetched
+// remote tip (rewriting only the trees along the edited paths), and pushes
+// the raw commit hash with a lease on that tip. If anyone pushed in between,
+// the push is refused; gitsync fetches again, rebuilds on the new tip and
+// retries with exponential backoff, up to a limit. It never force-pushes,
+// so a person's commit is never lost. A commit whose tree equals the tip's
+// is not made at all, so status churn produces no commits.
+//
+// Objects written by CommitStatus and fetched packs accumulate in the
+// mirror; running `git gc` on it from time to time keeps it small.
+package gitsync

@@ -1,0 +1,424 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/clock"
+)
+
+// StatusDir is the top-level directory of the repository written by the hub
+// only. Files under it are never objects and never returned by Files.
+const StatusDir = "status"
+
+// DefaultMaxFileSize is the size above which Files refuses a file.
+const DefaultMaxFileSize int64 = 1 << 20
+
+const (
+	remoteName         = "origin"
+	defaultBranch      = "main"
+	defaultPushRetries = 5
+)
+
+// Normalizer tells gitsync which files are repository objects and their
+// canonical content. The hub implements it with the schema package, which
+// gitsync does not import.
+type Normalizer interface {
+	// ObjectKey returns the key of the object the file at path holds; false
+	// means the file is not an object file (ignored for generations).
+	ObjectKey(path string) (fleetwave.ObjectKey, bool)
+	// Normalize returns the canonical bytes of the file; on error gitsync
+	// hashes the raw bytes instead.
+	Normalize(path string, data []byte) ([]byte, error)
+}
+
+// Source says which repository and branch to follow and where the mirror
+// lives.
+type Source struct {
+	URL    string // file:// URL or local path (bare or not) of the remote
+	Branch string // tracked branch, default "main"
+	Dir    string // the bare mirror directory (created by Open if absent)
+}
+
+// Option configures a Repo.
+type Option func(*options)
+
+type options struct {
+	log         zerolog.Logger
+	clock       clock.Clock
+	norm        Normalizer
+	authorName  string
+	authorEmail string
+	maxFileSize int64
+	pushRetries int
+}
+
+// WithLogger sets the logger (default: a disabled logger).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock sets the clock used for commit times and push backoff (default:
+// the real clock).
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = clock.Or(c) } }
+
+// WithNormalizer sets how paths map to objects and how content is
+// normalized. The default treats every file outside status/ as an object
+// keyed by its path without extension, with its raw bytes as content.
+func WithNormalizer(n Normalizer) Option { return func(o *options) { o.norm = n } }
+
+// WithAuthor sets the author and committer of status commits (default
+// "fleetwave <fleetwave@localhost>").
+func WithAuthor(name, email string) Option {
+	return func(o *options) { o.authorName, o.authorEmail = name, email }
+}
+
+// WithMaxFileSize sets the size above which Files refuses a file (default
+// DefaultMaxFileSize). Values <= 0 keep the default.
+func WithMaxFileSize(n int64) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxFileSize = n
+		}
+	}
+}
+
+// WithPushRetries sets how many times CommitStatus builds and pushes its
+// commit before giving up on races with other pushers (default 5, minimum 1).
+func WithPushRetries(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.pushRetries = n
+		}
+	}
+}
+
+// RepoNotFoundError reports that the remote repository does not exist.
+type RepoNotFoundError struct {
+	URL string
+}
+
+func (e *RepoNotFoundError) Error() string { return "repository not found: " + e.URL }
+
+// Is makes errors.Is(err, transport.ErrRepositoryNotFound) hold.
+func (e *RepoNotFoundError) Is(target error) bool { return target == transport.ErrRepositoryNotFound }
+
+// BranchNotFoundError reports that the remote has no tracked branch.
+type BranchNotFoundError struct {
+	URL, Branch string
+}
+
+func (e *BranchNotFoundError) Error() string {
+	return fmt.Sprintf("branch %q not found in %s", e.Branch, e.URL)
+}
+
+// ErrPushRaces is returned by CommitStatus when every attempt lost a race
+// against another pusher.
+var ErrPushRaces = errors.New("status push lost every race with other pushers")
+
+// ErrUnsafePath is returned for a caller path that is absolute, contains
+// "..", or is otherwise not a clean relative slash path.
+var ErrUnsafePath = errors.New("unsafe path")
+
+// Repo is a bare mirror of the tracked branch of a config repository. All
+// methods are safe for concurrent use: they are serialized by one mutex,
+// because go-git repositories are not goroutine-safe even for reads.
+type Repo struct {
+	opts   options
+	src    Source
+	remote string // the URL as stored in the mirror's configuration
+
+	mu       sync.Mutex
+	repo     *git.Repository
+	lastHead plumbing.Hash
+	gens     *genCache
+
+	// beforePush, if set, runs between building a status commit and pushing
+	// it (tests use it to inject a competing push).
+	beforePush func(attempt int)
+}
+
+// Open opens the mirror in src.Dir, cloning it (bare, single branch, no tags)
+// when the directory is absent or empty. An existing mirror must have been
+// cloned from the same URL. It returns a *RepoNotFoundError when the remote
+// does not exist and a *BranchNotFoundError when the branch is missing.
+func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
+	o := options{
+		log:         zerolog.Nop(),
+		clock:       clock.Real{},
+		norm:        pathNormalizer{},
+		authorName:  "fleetwave",
+		authorEmail: "fleetwave@localhost",
+		maxFileSize: DefaultMaxFileSize,
+		pushRetries: defaultPushRetries,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.norm == nil {
+		o.norm = pathNormalizer{}
+	}
+	if src.Branch == "" {
+		src.Branch = defaultBranch
+	}
+	if err := plumbing.NewBranchReferenceName(src.Branch).Validate(); err != nil {
+		return nil, fmt.Errorf("branch %q: %w", src.Branch, err)
+	}
+	if src.URL == "" {
+		return nil, errors.New("source url is empty")
+	}
+	if src.Dir == "" {
+		return nil, errors.New("mirror dir is empty")
+	}
+	remote, err := normalizeURL(src.URL)
+	if err != nil {
+		return nil, err
+	}
+	r := &Repo{opts: o, src: src, remote: remote}
+	log := o.log.With().Str("component", "gitsync").Logger()
+	r.opts.log = log
+
+	empty, err := dirEmpty(src.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("mirror dir: %w", err)
+	}
+	if empty {
+		if err := r.clone(ctx); err != nil {
+			return nil, err
+		}
+		log.Info().Str("url", remote).Str("branch", src.Branch).Msg("mirror cloned")
+	} else {
+		if err := r.openExisting(); err != nil {
+			return nil, err
+		}
+	}
+	head, err := r.repo.Reference(r.trackingRef(), true)
+	switch {
+	case err == nil:
+		r.lastHead = head.Hash()
+	case errors.Is(err, plumbing.ErrReferenceNotFound):
+		// a mirror made for another branch: fetch the tracked one now
+		if r.lastHead, err = r.fetch(ctx); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("mirror %s: tracking ref: %w", src.Dir, err)
+	}
+	r.gens = newGenCache(filepath.Join(src.Dir, marksFile))
+	if err := r.gens.loadMarks(); err != nil {
+		log.Warn().Err(err).Msg("generation marks unreadable, starting without")
+	}
+	return r, nil
+}
+
+func (r *Repo) clone(ctx context.Context) error {
+	_, statErr := os.Stat(r.src.Dir)
+	created := errors.Is(statErr, os.ErrNotExist)
+	repo, err := git.PlainCloneContext(ctx, r.src.Dir, true, &git.CloneOptions{
+		URL:           r.remote,
+		RemoteName:    remoteName,
+		ReferenceName: plumbing.NewBranchReferenceName(r.src.Branch),
+		SingleBranch:  true,
+		Tags:          git.NoTags,
+	})
+	if err != nil {
+		// leave no half-made mirror behind: the next Open would take it for a good one
+		if created {
+			_ = os.RemoveAll(r.src.Dir)
+		} else {
+			clearDir(r.src.Dir)
+		}
+		return r.translate("clone", err)
+	}
+	r.repo = repo
+	return nil
+}
+
+func (r *Repo) openExisting() error {
+	repo, err := git.PlainOpen(r.src.Dir)
+	if err != nil {
+		return fmt.Errorf("open mirror %s: %w", r.src.Dir, err)
+	}
+	rem, err := repo.Remote(remoteName)
+	if err != nil {
+		return fmt.Errorf("open mirror %s: %w", r.src.Dir, err)
+	}
+	urls := rem.Config().URLs
+	if len(urls) == 0 || urls[0] != r.remote {
+		return fmt.Errorf("mirror %s follows %q, not %q: remove the directory to re-clone", r.src.Dir, strings.Join(urls, ","), r.remote)
+	}
+	r.repo = repo
+	return nil
+}
+
+// translate turns go-git errors into the package's errors.
+func (r *Repo) translate(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return fmt.Errorf("%s: %w", op, &RepoNotFoundError{URL: r.remote})
+	case errors.Is(err, plumbing.ErrReferenceNotFound), errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return fmt.Errorf("%s: %w", op, &BranchNotFoundError{URL: r.remote, Branch: r.src.Branch})
+	}
+	var nm git.NoMatchingRefSpecError
+	if errors.As(err, &nm) {
+		return fmt.Errorf("%s: %w", op, &BranchNotFoundError{URL: r.remote, Branch: r.src.Branch})
+	}
+	return fmt.Errorf("%s %s: %w", op, r.remote, err)
+}
+
+func (r *Repo) trackingRef() plumbing.ReferenceName {
+	return plumbing.NewRemoteReferenceName(remoteName, r.src.Branch)
+}
+
+func (r *Repo) refSpec() config.RefSpec {
+	return config.RefSpec("+" + plumbing.NewBranchReferenceName(r.src.Branch).String() + ":" + r.trackingRef().String())
+}
+
+// fetch updates the tracking ref from the remote; the caller holds mu.
+func (r *Repo) fetch(ctx context.Context) (plumbing.Hash, error) {
+	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: remoteName,
+		RefSpecs:   []config.RefSpec{r.refSpec()},
+		Tags:       git.NoTags,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		if ctx.Err() != nil {
+			return plumbing.ZeroHash, ctx.Err()
+		}
+		return plumbing.ZeroHash, r.translate("fetch", err)
+	}
+	ref, err := r.repo.Reference(r.trackingRef(), true)
+	if err != nil {
+		return plumbing.ZeroHash, r.translate("fetch", err)
+	}
+	return ref.Hash(), nil
+}
+
+// Fetch updates the mirror from the remote and returns the branch tip;
+// changed reports whether the tip moved since the previous Fetch (or Open).
+// Force-pushes are accepted.
+func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return "", false, err
+	}
+	h, err := r.fetch(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	changed = h != r.lastHead
+	if changed {
+		r.opts.log.Debug().Str("commit", h.String()).Str("previous", r.lastHead.String()).Msg("branch moved")
+	}
+	r.lastHead = h
+	return h.String(), changed, nil
+}
+
+// Close releases the mirror. The Repo must not be used afterwards.
+func (r *Repo) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.repo = nil
+	return nil
+}
+
+// CommitInfo describes one commit for actor records.
+type CommitInfo struct {
+	Hash    string
+	Author  string // author name
+	Email   string // author email
+	Subject string // first line of the message
+	When    time.Time
+}
+
+// CommitInfo returns the author, committer time and subject of commit.
+func (r *Repo) CommitInfo(ctx context.Context, commit string) (CommitInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return CommitInfo{}, err
+	}
+	c, err := r.commitObject(commit)
+	if err != nil {
+		return CommitInfo{}, err
+	}
+	subject, _, _ := strings.Cut(strings.TrimLeft(c.Message, "\n"), "\n")
+	return CommitInfo{
+		Hash:    c.Hash.String(),
+		Author:  c.Author.Name,
+		Email:   c.Author.Email,
+		Subject: strings.TrimSpace(subject),
+		When:    c.Committer.When,
+	}, nil
+}
+
+var errClosed = errors.New("repo is closed")
+
+func (r *Repo) usable() error {
+	if r.repo == nil {
+		return errClosed
+	}
+	return nil
+}
+
+// normalizeURL returns the URL stored in the mirror: file:// URLs and other
+// URLs as given, local paths made absolute.
+func normalizeURL(u string) (string, error) {
+	if strings.Contains(u, "://") {
+		return u, nil
+	}
+	abs, err := filepath.Abs(u)
+	if err != nil {
+		return "", fmt.Errorf("source path %s: %w", u, err)
+	}
+	return abs, nil
+}
+
+func dirEmpty(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(entries) == 0, nil
+}
+
+func clearDir(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+// pathNormalizer is the default Normalizer: every file is an object keyed by
+// its path without extension, with its raw content.
+type pathNormalizer struct{}
+
+func (pathNormalizer) ObjectKey(p string) (fleetwave.ObjectKey, bool) {
+	if p == "" {
+		return "", false
+	}
+	return fleetwave.ObjectKey(strings.TrimSuffix(p, path.Ext(p))), true
+}
+
+func (pathNormalizer) Normalize(_ string, data []byte) ([]byte, error) { return data, nil }

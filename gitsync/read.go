@@ -1,0 +1,291 @@
+package gitsync
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// commitObject resolves a full hex hash to a commit of the mirror; the
+// caller holds mu.
+func (r *Repo) commitObject(commit string) (*object.Commit, error) {
+	if len(commit) != 40 || !plumbing.IsHash(commit) {
+		return nil, fmt.Errorf("commit %q: not a full hex hash", commit)
+	}
+	c, err := r.repo.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", commit, err)
+	}
+	return c, nil
+}
+
+// treeOf returns the root tree hash of commit, the zero hash for "".
+func (r *Repo) treeOf(commit string) (plumbing.Hash, error) {
+	if commit == "" {
+		return plumbing.ZeroHash, nil
+	}
+	c, err := r.commitObject(commit)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return c.TreeHash, nil
+}
+
+// Files returns every regular file at commit outside status/ (path ->
+// content), read from the object store. Symbolic links, submodules, files
+// over the size limit and entries with unsafe names are not returned: each
+// is reported as a FileError so the caller can reject the commit with a
+// clear message. The error is non-nil only when the commit cannot be read.
+func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []fleetwave.FileError, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return nil, nil, err
+	}
+	c, err := r.commitObject(commit)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := map[string][]byte{}
+	var refused []fleetwave.FileError
+	err = r.walkFiles(ctx, c.TreeHash, "", func(p string, e object.TreeEntry) error {
+		if fe, ok := r.refuse(p, e); !ok {
+			refused = append(refused, fe)
+			return nil
+		}
+		data, err := readBlob(r, e.Hash)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+		files[p] = data
+		return nil
+	}, func(p, msg string) { refused = append(refused, fleetwave.FileError{Path: p, Msg: msg}) })
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(refused, func(i, j int) bool { return refused[i].Path < refused[j].Path })
+	return files, refused, nil
+}
+
+// refuse checks a non-directory entry: ok is false (with the reason) for
+// anything but a regular file within the size limit.
+func (r *Repo) refuse(p string, e object.TreeEntry) (fleetwave.FileError, bool) {
+	switch e.Mode {
+	case filemode.Regular, filemode.Executable, filemode.Deprecated:
+	case filemode.Symlink:
+		return fleetwave.FileError{Path: p, Msg: "symbolic links are not allowed in the config repository"}, false
+	case filemode.Submodule:
+		return fleetwave.FileError{Path: p, Msg: "submodules are not allowed in the config repository"}, false
+	default:
+		return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("unsupported file mode %s", e.Mode)}, false
+	}
+	size, err := r.repo.Storer.EncodedObjectSize(e.Hash)
+	if err != nil {
+		return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("unreadable blob: %v", err)}, false
+	}
+	if size > r.opts.maxFileSize {
+		return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("file is %d bytes, over the limit of %d bytes", size, r.opts.maxFileSize)}, false
+	}
+	return fleetwave.FileError{}, true
+}
+
+func readBlob(r *Repo, h plumbing.Hash) ([]byte, error) {
+	b, err := object.GetBlob(r.repo.Storer, h)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(io.LimitReader(rd, r.opts.maxFileSize+1))
+}
+
+// walkFiles calls fn for every non-directory entry under tree outside
+// status/, and bad for entries whose name could leave the repository.
+func (r *Repo) walkFiles(ctx context.Context, tree plumbing.Hash, prefix string, fn func(string, object.TreeEntry) error, bad func(p, msg string)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, err := object.GetTree(r.repo.Storer, tree)
+	if err != nil {
+		return fmt.Errorf("tree %s: %w", tree, err)
+	}
+	for _, e := range t.Entries {
+		p := prefix + e.Name
+		if !safeName(e.Name) {
+			bad(prefix+fmt.Sprintf("%q", e.Name), "unsafe file name")
+			continue
+		}
+		if prefix == "" && e.Name == StatusDir && e.Mode == filemode.Dir {
+			continue
+		}
+		if e.Mode == filemode.Dir {
+			if err := r.walkFiles(ctx, e.Hash, p+"/", fn, bad); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(p, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// safeName reports whether a tree entry name is one path element that
+// cannot address anything outside its directory.
+func safeName(n string) bool {
+	return n != "" && n != "." && n != ".." && !strings.ContainsAny(n, "/\\\x00") && !strings.EqualFold(n, ".git")
+}
+
+// change is one path that differs between two trees. A zero Hash on a side
+// means the path is absent there.
+type change struct {
+	path     string
+	from, to object.TreeEntry
+}
+
+// diffTrees appends to out every file path that differs between trees a and
+// b (zero hash = empty tree), reading only tree objects; identical subtrees
+// are skipped by hash. With skipStatus the top-level status/ directory is
+// left out (a top-level file named "status" is not).
+func (r *Repo) diffTrees(ctx context.Context, a, b plumbing.Hash, prefix string, skipStatus bool, out *[]change) error {
+	if a == b {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ea, err := r.entries(a)
+	if err != nil {
+		return err
+	}
+	eb, err := r.entries(b)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(ea)+len(eb))
+	for n := range ea {
+		names = append(names, n)
+	}
+	for n := range eb {
+		if _, ok := ea[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		x, inA := ea[n]
+		y, inB := eb[n]
+		if skipStatus && prefix == "" && n == StatusDir && (!inA || x.Mode == filemode.Dir) && (!inB || y.Mode == filemode.Dir) {
+			continue
+		}
+		if inA && inB && x.Hash == y.Hash && x.Mode == y.Mode {
+			continue
+		}
+		p := prefix + n
+		aDir, bDir := inA && x.Mode == filemode.Dir, inB && y.Mode == filemode.Dir
+		var sub [2]plumbing.Hash
+		if aDir {
+			sub[0] = x.Hash
+		}
+		if bDir {
+			sub[1] = y.Hash
+		}
+		if aDir || bDir {
+			if err := r.diffTrees(ctx, sub[0], sub[1], p+"/", false, out); err != nil {
+				return err
+			}
+		}
+		c := change{path: p}
+		if inA && !aDir {
+			c.from = x
+		}
+		if inB && !bDir {
+			c.to = y
+		}
+		if !c.from.Hash.IsZero() || !c.to.Hash.IsZero() {
+			*out = append(*out, c)
+		}
+	}
+	return nil
+}
+
+func (r *Repo) entries(tree plumbing.Hash) (map[string]object.TreeEntry, error) {
+	if tree.IsZero() {
+		return nil, nil
+	}
+	t, err := object.GetTree(r.repo.Storer, tree)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", tree, err)
+	}
+	m := make(map[string]object.TreeEntry, len(t.Entries))
+	for _, e := range t.Entries {
+		m[e.Name] = e
+	}
+	return m, nil
+}
+
+// ChangedPaths lists, sorted, the file paths that differ between commits
+// from and to (from "" = the empty tree). It compares trees only and never
+// reads file contents.
+func (r *Repo) ChangedPaths(ctx context.Context, from, to string) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
+	changes, err := r.changes(ctx, from, to, false)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, len(changes))
+	for i, c := range changes {
+		paths[i] = c.path
+	}
+	sort.Strings(paths)
+	return paths, nil
+}
+
+func (r *Repo) changes(ctx context.Context, from, to string, skipStatus bool) ([]change, error) {
+	a, err := r.treeOf(from)
+	if err != nil {
+		return nil, err
+	}
+	b, err := r.treeOf(to)
+	if err != nil {
+		return nil, err
+	}
+	var out []change
+	if err := r.diffTrees(ctx, a, b, "", skipStatus, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// StatusOnly reports whether every path that differs between commits from
+// and to lies under status/ (true as well when nothing differs). It compares
+// trees only; when status/ is the only difference just the top-level trees
+// are read.
+func (r *Repo) StatusOnly(ctx context.Context, from, to string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return false, err
+	}
+	changes, err := r.changes(ctx, from, to, true)
+	if err != nil {
+		return false, err
+	}
+	return len(changes) == 0, nil
+}
