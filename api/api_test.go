@@ -1,0 +1,502 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/api"
+)
+
+// fakeHub is a function-field fake: a nil field answers a zero value.
+type fakeHub struct {
+	mu       sync.Mutex
+	calls    []string
+	register func(fleetwave.Report) error
+	poll     func(node string, wait time.Duration) ([]fleetwave.Attempt, error)
+	complete func(node string, res fleetwave.AttemptResult) error
+	report   func(fleetwave.Report) error
+	summary  func() (fleetwave.Summary, error)
+	rollout  func(id string) (fleetwave.Rollout, []fleetwave.Item, error)
+	ready    func() error
+	synced   int
+}
+
+var tokens = map[string]string{"token-a": "node-a", "token-b": "node-b"}
+
+func (f *fakeHub) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+func (f *fakeHub) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeHub) AuthenticateAgent(token string) (string, bool) {
+	n, ok := tokens[token]
+	return n, ok
+}
+
+func (f *fakeHub) RegisterAgent(_ context.Context, r fleetwave.Report) error {
+	f.record("register " + r.Node)
+	if f.register != nil {
+		return f.register(r)
+	}
+	return nil
+}
+
+func (f *fakeHub) PollAttempts(_ context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
+	f.record(fmt.Sprintf("poll %s %s", node, wait))
+	if f.poll != nil {
+		return f.poll(node, wait)
+	}
+	return nil, nil
+}
+
+func (f *fakeHub) CompleteAttempt(_ context.Context, node string, res fleetwave.AttemptResult) error {
+	f.record("complete " + node + " " + res.AttemptID)
+	if f.complete != nil {
+		return f.complete(node, res)
+	}
+	return nil
+}
+
+func (f *fakeHub) Report(_ context.Context, r fleetwave.Report) error {
+	f.record("report " + r.Node)
+	if f.report != nil {
+		return f.report(r)
+	}
+	return nil
+}
+
+func (f *fakeHub) Summary(context.Context) (fleetwave.Summary, error) {
+	if f.summary != nil {
+		return f.summary()
+	}
+	return fleetwave.Summary{}, nil
+}
+
+func (f *fakeHub) Rollout(_ context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
+	if f.rollout != nil {
+		return f.rollout(id)
+	}
+	return fleetwave.Rollout{}, nil, api.ErrNotFound
+}
+
+func (f *fakeHub) TriggerSync() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.synced++
+}
+
+func (f *fakeHub) Ready(context.Context) error {
+	if f.ready != nil {
+		return f.ready()
+	}
+	return nil
+}
+
+var _ api.Hub = (*fakeHub)(nil)
+
+var errNoSuchRollout = errors.New("engine: no such rollout")
+
+func sampleSummary() fleetwave.Summary {
+	return fleetwave.Summary{
+		Counters: fleetwave.Counters{Total: 5, Done: 2, InProgress: 1, Pending: 1, Failed: 1},
+		Sync: fleetwave.SyncState{Commit: "0123456789abcdef", Result: "rejected",
+			Errors: []fleetwave.FileError{{Path: "brc/web.cue", Line: 3, Col: 7, Msg: "expected int"}}},
+		Nodes:    2,
+		Rollouts: []fleetwave.Rollout{{ID: "web-g1", Status: fleetwave.RolloutActive, Wave: 1}},
+	}
+}
+
+func newServer(t *testing.T, h *fakeHub, opts ...api.Option) *httptest.Server {
+	t.Helper()
+	opts = append([]api.Option{api.WithLogger(zerolog.New(zerolog.NewTestWriter(t)))}, opts...)
+	srv := httptest.NewServer(api.New(h, opts...))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type request struct {
+	method, path, token, body string
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func do(t *testing.T, srv *httptest.Server, r request) answer {
+	t.Helper()
+	req, err := http.NewRequest(r.method, srv.URL+r.path, strings.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// errorCode returns the code of an error answer, failing on another shape.
+func errorCode(t *testing.T, a answer) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	dec := json.NewDecoder(strings.NewReader(a.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+		t.Fatalf("not an error answer (%v): %s", err, a.body)
+	}
+	return e.Error.Code
+}
+
+func TestRoutes(t *testing.T) {
+	report := `{"node":"node-a","agent_version":"1.0","instances":[],"sent_at":"2026-01-01T00:00:00Z"}`
+	result := `{"attempt_id":"att-1","fence":3,"class":"success","exit_code":0}`
+	tests := []struct {
+		name       string
+		hub        *fakeHub
+		opts       []api.Option
+		req        request
+		wantStatus int
+		wantCode   string   // error code, when an error is expected
+		wantBody   []string // substrings of the body
+		wantCalls  []string
+	}{
+		{name: "healthz answers ok", req: request{method: "GET", path: "/healthz"}, wantStatus: 200, wantBody: []string{"ok"}},
+		{name: "readyz answers ok when the hub is ready", req: request{method: "GET", path: "/readyz"}, wantStatus: 200, wantBody: []string{"ok"}},
+		{
+			name:       "readyz answers not_ready without leaking the cause",
+			hub:        &fakeHub{ready: func() error { return errors.New("dial tcp 10.1.2.3:6379: refused") }},
+			req:        request{method: "GET", path: "/readyz"},
+			wantStatus: 503, wantCode: "not_ready",
+		},
+		{
+			name:       "summary returns the hub's summary",
+			hub:        &fakeHub{summary: func() (fleetwave.Summary, error) { return sampleSummary(), nil }},
+			req:        request{method: "GET", path: "/api/v1/summary"},
+			wantStatus: 200, wantBody: []string{`"total":5`, `"done":2`, `"commit":"0123456789abcdef"`, `"web-g1"`},
+		},
+		{
+			name:       "rollouts lists the summary's rollouts",
+			hub:        &fakeHub{summary: func() (fleetwave.Summary, error) { return sampleSummary(), nil }},
+			req:        request{method: "GET", path: "/api/v1/rollouts"},
+			wantStatus: 200, wantBody: []string{`[{"id":"web-g1"`},
+		},
+		{
+			name:       "rollouts is an empty list, not null, without rollouts",
+			req:        request{method: "GET", path: "/api/v1/rollouts"},
+			wantStatus: 200, wantBody: []string{"[]"},
+		},
+		{
+			name: "rollout returns the rollout and its items",
+			hub: &fakeHub{rollout: func(id string) (fleetwave.Rollout, []fleetwave.Item, error) {
+				return fleetwave.Rollout{ID: id}, []fleetwave.Item{{ID: "i1", Rollout: id, Status: fleetwave.ItemPending}}, nil
+			}},
+			req:        request{method: "GET", path: "/api/v1/rollouts/web-g1"},
+			wantStatus: 200, wantBody: []string{`"rollout":{"id":"web-g1"`, `"items":[{"id":"i1"`},
+		},
+		{
+			name: "rollout is not_found when the hub wraps ErrNotFound",
+			hub: &fakeHub{rollout: func(string) (fleetwave.Rollout, []fleetwave.Item, error) {
+				return fleetwave.Rollout{}, nil, fmt.Errorf("rollout x: %w", api.ErrNotFound)
+			}},
+			req:        request{method: "GET", path: "/api/v1/rollouts/x"},
+			wantStatus: 404, wantCode: "not_found",
+		},
+		{
+			name: "rollout answers a hub *Error as is",
+			hub: &fakeHub{rollout: func(string) (fleetwave.Rollout, []fleetwave.Item, error) {
+				return fleetwave.Rollout{}, nil, fmt.Errorf("wrapped: %w", &api.Error{Status: 409, Code: "approval_required", Message: "needs approval"})
+			}},
+			req:        request{method: "GET", path: "/api/v1/rollouts/x"},
+			wantStatus: 409, wantCode: "approval_required",
+		},
+		{
+			name: "rollout maps a sentinel passed by option",
+			hub: &fakeHub{rollout: func(string) (fleetwave.Rollout, []fleetwave.Item, error) {
+				return fleetwave.Rollout{}, nil, fmt.Errorf("get: %w", errNoSuchRollout)
+			}},
+			opts:       []api.Option{api.WithErrorMapping(errNoSuchRollout, api.Error{Status: 404, Code: "not_found", Message: "no such rollout"})},
+			req:        request{method: "GET", path: "/api/v1/rollouts/x"},
+			wantStatus: 404, wantCode: "not_found",
+		},
+		{
+			name: "an internal error is answered without its text",
+			hub: &fakeHub{summary: func() (fleetwave.Summary, error) {
+				return fleetwave.Summary{}, errors.New("redis password hunter2 rejected")
+			}},
+			req:        request{method: "GET", path: "/api/v1/summary"},
+			wantStatus: 500, wantCode: "internal",
+		},
+		{name: "an unknown api path is a json not_found", req: request{method: "GET", path: "/api/v1/nope"}, wantStatus: 404, wantCode: "not_found"},
+		{
+			name: "git hook triggers a sync", req: request{method: "POST", path: "/api/v1/hooks/git", body: `{"ref":"refs/heads/main"}`},
+			wantStatus: 202, wantBody: []string{"accepted"},
+		},
+		{
+			name: "git hook refuses an oversized body", opts: []api.Option{api.WithMaxBody(16)},
+			req:        request{method: "POST", path: "/api/v1/hooks/git", body: strings.Repeat("x", 64)},
+			wantStatus: 413, wantCode: "body_too_large",
+		},
+		{
+			name:       "register stores the report under the token's node",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/register", token: "token-a", body: report},
+			wantStatus: 204, wantCalls: []string{"register node-a"},
+		},
+		{
+			name:       "register without a token is unauthorized",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/register", body: report},
+			wantStatus: 401, wantCode: "unauthorized",
+		},
+		{
+			name:       "register with an unknown token is unauthorized",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/register", token: "forged", body: report},
+			wantStatus: 401, wantCode: "unauthorized",
+		},
+		{
+			name:       "register for another node is forbidden",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/register", token: "token-b", body: report},
+			wantStatus: 403, wantCode: "forbidden",
+		},
+		{
+			name:       "a report naming another node in its body is forbidden",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-b/report", token: "token-b", body: report},
+			wantStatus: 403, wantCode: "forbidden",
+		},
+		{
+			name:       "report with an unknown field is invalid_body",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/report", token: "token-a", body: `{"node":"node-a","desired":"x"}`},
+			wantStatus: 400, wantCode: "invalid_body",
+		},
+		{
+			name:       "report with trailing data is invalid_body",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/report", token: "token-a", body: `{"node":"node-a"} {}`},
+			wantStatus: 400, wantCode: "invalid_body",
+		},
+		{
+			name:       "report with an empty body is invalid_body",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/report", token: "token-a"},
+			wantStatus: 400, wantCode: "invalid_body",
+		},
+		{
+			name: "report too large is body_too_large", opts: []api.Option{api.WithMaxBody(64)},
+			req: request{method: "POST", path: "/api/v1/agent/nodes/node-a/report", token: "token-a",
+				body: `{"node":"node-a","capabilities":["` + strings.Repeat("x", 200) + `"]}`},
+			wantStatus: 413, wantCode: "body_too_large",
+		},
+		{
+			name:       "report is stored",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/report", token: "token-a", body: report},
+			wantStatus: 204, wantCalls: []string{"report node-a"},
+		},
+		{
+			name: "attempts returns the node's attempts with their payloads",
+			hub: &fakeHub{poll: func(node string, _ time.Duration) ([]fleetwave.Attempt, error) {
+				return []fleetwave.Attempt{{ID: "att-1", Node: node, Fence: 3, Payload: fleetwave.AttemptPayload{Command: "true"}}}, nil
+			}},
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=2s", token: "token-a"},
+			wantStatus: 200, wantBody: []string{`{"attempts":[{"id":"att-1"`, `"command":"true"`},
+			wantCalls: []string{"poll node-a 2s"},
+		},
+		{
+			name:       "attempts caps the wait at 30s",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=5m", token: "token-a"},
+			wantStatus: 200, wantBody: []string{`{"attempts":[]}`}, wantCalls: []string{"poll node-a 30s"},
+		},
+		{
+			name:       "attempts accepts whole seconds",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=7", token: "token-a"},
+			wantStatus: 200, wantCalls: []string{"poll node-a 7s"},
+		},
+		{
+			name:       "attempts refuses a bad wait",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=soon", token: "token-a"},
+			wantStatus: 400, wantCode: "invalid_query",
+		},
+		{
+			name:       "attempts of another node are forbidden",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-b/attempts", token: "token-a"},
+			wantStatus: 403, wantCode: "forbidden",
+		},
+		{
+			name:       "result is applied",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/attempts/att-1/result", token: "token-a", body: result},
+			wantStatus: 204, wantCalls: []string{"complete node-a att-1"},
+		},
+		{
+			name:       "result for an attempt id differing from the path is refused",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/attempts/att-2/result", token: "token-a", body: result},
+			wantStatus: 400, wantCode: "attempt_mismatch",
+		},
+		{
+			name: "result refused by the hub keeps the hub's code",
+			hub: &fakeHub{complete: func(string, fleetwave.AttemptResult) error {
+				return &api.Error{Status: 409, Code: "stale_attempt", Message: "attempt is no longer current"}
+			}},
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-a/attempts/att-1/result", token: "token-a", body: result},
+			wantStatus: 409, wantCode: "stale_attempt",
+		},
+		{
+			name:       "result of another node is forbidden",
+			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-b/attempts/att-1/result", token: "token-a", body: result},
+			wantStatus: 403, wantCode: "forbidden",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := tt.hub
+			if h == nil {
+				h = &fakeHub{}
+			}
+			srv := newServer(t, h, tt.opts...)
+			got := do(t, srv, tt.req)
+			if got.status != tt.wantStatus {
+				t.Fatalf("status = %d, want %d; body %s", got.status, tt.wantStatus, got.body)
+			}
+			if tt.wantCode != "" {
+				if code := errorCode(t, got); code != tt.wantCode {
+					t.Fatalf("code = %q, want %q", code, tt.wantCode)
+				}
+				if strings.Contains(got.body, "hunter2") || strings.Contains(got.body, "10.1.2.3") {
+					t.Fatalf("error answer leaks an internal cause: %s", got.body)
+				}
+			}
+			for _, s := range tt.wantBody {
+				if !strings.Contains(got.body, s) {
+					t.Errorf("body lacks %q: %s", s, got.body)
+				}
+			}
+			calls := h.Calls()
+			if tt.wantCalls != nil && strings.Join(calls, "|") != strings.Join(tt.wantCalls, "|") {
+				t.Errorf("hub calls = %q, want %q", calls, tt.wantCalls)
+			}
+			switch tt.wantCode {
+			case "unauthorized", "forbidden", "invalid_body", "body_too_large", "attempt_mismatch", "invalid_query":
+				if len(calls) != 0 {
+					t.Errorf("refused request reached the hub: %q", calls)
+				}
+			}
+		})
+	}
+}
+
+func TestGitHookCallsTriggerSync(t *testing.T) {
+	h := &fakeHub{}
+	srv := newServer(t, h)
+	for range 2 {
+		if got := do(t, srv, request{method: "POST", path: "/api/v1/hooks/git"}); got.status != 202 {
+			t.Fatalf("status = %d: %s", got.status, got.body)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.synced != 2 {
+		t.Fatalf("TriggerSync called %d times, want 2", h.synced)
+	}
+}
+
+func TestRegisterPassesTheReport(t *testing.T) {
+	var got fleetwave.Report
+	h := &fakeHub{register: func(r fleetwave.Report) error { got = r; return nil }}
+	srv := newServer(t, h)
+	body := `{"agent_version":"1.2","capabilities":["network_shuffle"],"data_addresses":{"data":"10.0.0.5:9000"},` +
+		`"instances":[{"block":"web","version":"2.0","generation":4}],"sent_at":"2026-01-01T00:00:00Z","received_at":"2030-01-01T00:00:00Z"}`
+	if a := do(t, srv, request{method: "POST", path: "/api/v1/agent/nodes/node-a/register", token: "token-a", body: body}); a.status != 204 {
+		t.Fatalf("status = %d: %s", a.status, a.body)
+	}
+	if got.Node != "node-a" || got.AgentVersion != "1.2" || len(got.Instances) != 1 || got.Instances[0].Generation != 4 ||
+		got.DataAddresses["data"] != "10.0.0.5:9000" {
+		t.Fatalf("report reached the hub as %+v", got)
+	}
+	if !got.ReceivedAt.IsZero() {
+		t.Fatalf("agent-sent received_at was kept: %v", got.ReceivedAt)
+	}
+}
+
+func TestConsole(t *testing.T) {
+	srv := newServer(t, &fakeHub{})
+	a := do(t, srv, request{method: "GET", path: "/"})
+	if a.status != 200 || !strings.HasPrefix(a.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("console: status %d, type %q", a.status, a.header.Get("Content-Type"))
+	}
+	for _, id := range []string{"count-total", "count-done", "count-in-progress", "count-pending", "count-failed", "count-skipped",
+		"sync-commit", "sync-result", "sync-errors", "rollouts"} {
+		if !strings.Contains(a.body, `id="`+id+`"`) {
+			t.Errorf("console lacks element id %q", id)
+		}
+	}
+	if !strings.Contains(a.body, "api/v1/summary") {
+		t.Error("console does not poll the summary")
+	}
+	for _, external := range []string{"http://", "https://", "//cdn"} {
+		if strings.Contains(a.body, external) {
+			t.Errorf("console references an external asset (%q)", external)
+		}
+	}
+	csp := a.header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "script-src 'nonce-") {
+		t.Fatalf("console CSP lacks a script nonce: %q", csp)
+	}
+	nonce := strings.TrimSuffix(strings.SplitN(strings.SplitN(csp, "'nonce-", 2)[1], "'", 2)[0], "'")
+	if !strings.Contains(a.body, `<script nonce="`+nonce+`">`) && !strings.Contains(a.body, "<script nonce=\""+strings.ReplaceAll(nonce, "=", "&#61;")+"\">") {
+		t.Fatalf("script nonce in the page does not match the CSP nonce %q", nonce)
+	}
+	if b := do(t, srv, request{method: "GET", path: "/"}); strings.Contains(b.header.Get("Content-Security-Policy"), nonce) {
+		t.Fatal("two answers share a nonce")
+	}
+}
+
+func TestMetricsCountRequestsByRouteAndCode(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv := newServer(t, &fakeHub{}, api.WithMetrics(reg, reg))
+	do(t, srv, request{method: "GET", path: "/api/v1/summary"})
+	do(t, srv, request{method: "GET", path: "/api/v1/rollouts/x"})
+	do(t, srv, request{method: "GET", path: "/api/v1/rollouts/y"})
+	a := do(t, srv, request{method: "GET", path: "/metrics"})
+	if a.status != 200 {
+		t.Fatalf("metrics status = %d", a.status)
+	}
+	for _, want := range []string{
+		`fleetwave_http_requests_total{code="200",route="GET /api/v1/summary"} 1`,
+		`fleetwave_http_requests_total{code="404",route="GET /api/v1/rollouts/{id}"} 2`,
+	} {
+		if !strings.Contains(a.body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, a.body)
+		}
+	}
+	// A second handler on the same registry reuses the collectors.
+	api.New(&fakeHub{}, api.WithMetrics(reg, reg))
+}

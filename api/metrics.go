@@ -1,0 +1,54 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fleetwave",
+			Subsystem: "http",
+			Name:      "requests_total",
+			Help:      "HTTP requests served by the API, by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "fleetwave",
+			Subsystem: "http",
+			Name:      "request_duration_seconds",
+			Help:      "Time to answer HTTP requests, by route pattern (long polls included).",
+			Buckets:   []float64{0.005, 0.025, 0.1, 0.5, 1, 5, 15, 35},
+		}, []string{"route"}),
+	}
+	m.requests = register(reg, m.requests)
+	m.duration = register(reg, m.duration)
+	return m
+}
+
+// register registers c, or reuses the collector already registered under the
+// same description (New called twice on one registry).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			if existing, ok := already.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic("api: register metrics: " + err.Error())
+	}
+	return c
+}
+
+func (s *server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{})
+}
