@@ -1,0 +1,30 @@
+// Package reconciler is the pure logic between a validated snapshot of the
+// config repository and the engine: which block instances should exist, with
+// which rendered config, and which items (install, upgrade, start, stop,
+// uninstall, ...) converge the observed state to the desired one.
+//
+// Plan is a function of (snapshot, observations, now) alone: it does no I/O,
+// reads no clock and its output does not depend on map iteration order.
+//
+// For every reconciliation trigger (kind:trigger BRC) the scope is the set of
+// nodes that pass every filter the trigger sets (target_organizations,
+// target_workspaces, selector, nodes); no filter means every node. Draining
+// nodes are left out (drain changes availability, not intent). For each node
+// in scope the block_config_template is rendered in a sandbox (see Render)
+// and hashed; the action follows from the difference with the observed
+// instance:
+//
+//	desired absent, observed present           -> uninstall
+//	observed missing                           -> install
+//	version or rendered-config hash differ     -> action_name (default upgrade)
+//	desired running, observed stopped          -> start
+//	desired stopped, observed running/installed-> stop
+//	otherwise                                  -> nothing
+//
+// Items are ordered by the configured criticality order (high, medium, low by
+// default; a node inherits criticality from its workspace, then its
+// organization, default medium), then by node id: one total order, so the
+// result never depends on input order. Each trigger with work yields one
+// RolloutSpec; the engine drops items whose instance already has an active
+// item (idempotency), so planning twice is harmless.
+package reconciler

@@ -1,0 +1,211 @@
+package reconciler
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testSnapshot() *fleetwave.Snapshot {
+	return &fleetwave.Snapshot{
+		Commit: "c1",
+		Config: fleetwave.Config{Name: "fleetwave", MaxConcurrent: 5, MaxRetries: 3},
+		Triggers: map[string]*fleetwave.Trigger{
+			"op": {Name: "op", BlockName: "operator", TargetVersion: "1.1.0", MaxConcurrent: 1,
+				TriggerType:         fleetwave.TriggerReconciliation,
+				BlockConfigTemplate: "node: {{ node.id }}\nregion: {{ node.labels.region }}\nversion: {{ brc.target_version }}\n"},
+		},
+		Blocks: map[string]*fleetwave.Block{
+			"operator": {Name: "operator", Actions: map[string]fleetwave.BlockAction{
+				"install":   {Command: "echo install", Timeout: time.Minute},
+				"upgrade":   {Command: "echo upgrade", Timeout: time.Minute},
+				"uninstall": {Command: "echo uninstall", Timeout: time.Minute},
+			}},
+		},
+		Nodes: map[string]*fleetwave.Node{
+			"n3": {ID: "n3", Workspace: "ws-a", Labels: map[string]string{"region": "eu"}},
+			"n1": {ID: "n1", Workspace: "ws-b", Labels: map[string]string{"region": "us"}},
+			"n2": {ID: "n2", Workspace: "ws-a", Criticality: fleetwave.CriticalityLow, Labels: map[string]string{"region": "eu"}},
+		},
+		Workspaces: map[string]*fleetwave.Workspace{
+			"ws-a": {Name: "ws-a", Criticality: fleetwave.CriticalityHigh},
+			"ws-b": {Name: "ws-b"},
+		},
+		Generations: map[fleetwave.ObjectKey]int64{"trigger/op": 4},
+	}
+}
+
+func nodesOf(spec fleetwave.RolloutSpec) []string {
+	var out []string
+	for _, it := range spec.Items {
+		out = append(out, it.Node+":"+it.Action)
+	}
+	return out
+}
+
+func TestPlanInstallsEverywhereInCriticalityOrder(t *testing.T) {
+	plan := PlanSnapshot(testSnapshot(), nil, now)
+	if len(plan.Rollouts) != 1 {
+		t.Fatalf("rollouts = %d, want 1", len(plan.Rollouts))
+	}
+	r := plan.Rollouts[0]
+	// n3 inherits high from ws-a, n1 defaults to medium, n2 is low.
+	if got, want := nodesOf(r), []string{"n3:install", "n1:install", "n2:install"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("items = %v, want %v", got, want)
+	}
+	if r.BaseID != "op-g4" || r.Source.Generation != 4 || r.Source.Commit != "c1" || r.MaxConcurrent != 1 || r.MaxRetries != 3 {
+		t.Fatalf("spec = %+v", r)
+	}
+	if !strings.Contains(r.Items[0].Payload.Config, "node: n3\nregion: eu\nversion: 1.1.0") {
+		t.Fatalf("rendered config = %q", r.Items[0].Payload.Config)
+	}
+	if r.Items[0].ConfigHash != ConfigHash(r.Items[0].Payload.Config) || r.Items[0].Generation != 4 {
+		t.Fatalf("item = %+v", r.Items[0])
+	}
+}
+
+func TestPlanActionFollowsTheDifference(t *testing.T) {
+	snap := testSnapshot()
+	first := PlanSnapshot(snap, nil, now).Rollouts[0]
+	hash := map[string]string{}
+	for _, it := range first.Items {
+		hash[it.Node] = it.ConfigHash
+	}
+	obs := fleetwave.Observations{
+		"n1": {Node: "n1", Instances: []fleetwave.InstanceStatus{{Block: "operator", Version: "1.1.0", ConfigHash: hash["n1"]}}},
+		"n2": {Node: "n2", Instances: []fleetwave.InstanceStatus{{Block: "operator", Version: "1.0.0", ConfigHash: hash["n2"]}}},
+		"n3": {Node: "n3", Instances: []fleetwave.InstanceStatus{{Block: "operator", Version: "1.1.0", ConfigHash: "stale"}}},
+	}
+	got := nodesOf(PlanSnapshot(snap, obs, now).Rollouts[0])
+	if want := []string{"n3:upgrade", "n2:upgrade"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("items = %v, want %v (n1 converged must get nothing)", got, want)
+	}
+
+	snap.Triggers["op"].DesiredState = fleetwave.StateAbsent
+	got = nodesOf(PlanSnapshot(snap, obs, now).Rollouts[0])
+	if want := []string{"n3:uninstall", "n1:uninstall", "n2:uninstall"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("items = %v, want %v", got, want)
+	}
+}
+
+func TestPlanConvergedFleetPlansNothing(t *testing.T) {
+	snap := testSnapshot()
+	obs := fleetwave.Observations{}
+	for _, it := range PlanSnapshot(snap, nil, now).Rollouts[0].Items {
+		obs[it.Node] = &fleetwave.Report{Node: it.Node, Instances: []fleetwave.InstanceStatus{{Block: it.Block, Version: it.TargetVersion, ConfigHash: it.ConfigHash}}}
+	}
+	if plan := PlanSnapshot(snap, obs, now); len(plan.Rollouts) != 0 {
+		t.Fatalf("converged fleet planned %v", nodesOf(plan.Rollouts[0]))
+	}
+}
+
+func TestPlanScopeFiltersAndDrain(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*fleetwave.Snapshot)
+		want   []string
+	}{
+		{"selector keeps matching nodes", func(s *fleetwave.Snapshot) {
+			s.Triggers["op"].Selector = &fleetwave.Selector{MatchLabels: map[string]string{"region": "eu"}}
+		}, []string{"n3:install", "n2:install"}},
+		{"notin expression", func(s *fleetwave.Snapshot) {
+			s.Triggers["op"].Selector = &fleetwave.Selector{MatchExpressions: []fleetwave.SelectorTerm{{Key: "region", Operator: "notin", Values: []string{"eu"}}}}
+		}, []string{"n1:install"}},
+		{"explicit nodes and workspace are ANDed", func(s *fleetwave.Snapshot) {
+			s.Triggers["op"].Nodes = []string{"n1", "n2"}
+			s.Triggers["op"].TargetWorkspaces = []string{"ws-a"}
+		}, []string{"n2:install"}},
+		{"draining node gets nothing", func(s *fleetwave.Snapshot) { s.Nodes["n3"].Drain = true }, []string{"n1:install", "n2:install"}},
+		{"custom priority order", func(s *fleetwave.Snapshot) {
+			s.Config.PriorityOrder = []fleetwave.Criticality{"low", "medium", "high"}
+		}, []string{"n2:install", "n1:install", "n3:install"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := testSnapshot()
+			tt.modify(snap)
+			got := nodesOf(PlanSnapshot(snap, nil, now).Rollouts[0])
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("items = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlanObserveModeDispatchesNothing(t *testing.T) {
+	snap := testSnapshot()
+	snap.Config.ReconcileMode = "observe"
+	plan := PlanSnapshot(snap, nil, now)
+	if len(plan.Rollouts) != 0 || plan.Held["op"] != fleetwave.ReasonObserveMode {
+		t.Fatalf("plan = %+v", plan)
+	}
+}
+
+func TestPlanIsDeterministic(t *testing.T) {
+	a := PlanSnapshot(testSnapshot(), nil, now)
+	for range 20 {
+		if b := PlanSnapshot(testSnapshot(), nil, now); !reflect.DeepEqual(a, b) {
+			t.Fatalf("plans differ:\n%+v\n%+v", a, b)
+		}
+	}
+}
+
+func TestPlanReportsTemplateErrorsWithoutDispatching(t *testing.T) {
+	snap := testSnapshot()
+	snap.Triggers["op"].BlockConfigTemplate = "x: {{ node.nope }}"
+	plan := PlanSnapshot(snap, nil, now)
+	if len(plan.Rollouts) != 0 || len(plan.Problems) != 3 || plan.Problems[0].Reason != "invalid_config" {
+		t.Fatalf("plan = %+v", plan)
+	}
+}
+
+func TestRenderSandbox(t *testing.T) {
+	tests := []struct {
+		name, src, wantErr string
+	}{
+		{"include of a host file is refused", `{% include "/etc/passwd" %}`, "include"},
+		{"import is refused", `{% import "x" as y %}`, "import"},
+		{"macros are refused", `{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}`, "macro"},
+		{"undefined names fail", `{{ nope }}`, "nope"},
+		{"negative repeat is recovered", `{{ "a" * -1 }}`, "render aborted"},
+		{"huge output is cut", `{{ "a" * 5000000 }}`, "exceeds"},
+		{"unbounded loops hit the budget", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, "budget"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Render("t", tt.src, map[string]any{})
+			if err == nil || !errors.Is(err, ErrTemplate) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+			if len(err.Error()) > maxErrorTextBytes+100 {
+				t.Fatalf("error too long: %d bytes", len(err.Error()))
+			}
+		})
+	}
+}
+
+func TestBackupScheduleCronIsStableAndSpread(t *testing.T) {
+	render := func(ws string) string {
+		out, err := Render("t", `{{ backup_schedule_cron(ws) }}`, map[string]any{"ws": ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if render("ws-a") != render("ws-a") {
+		t.Fatal("not stable")
+	}
+	seen := map[string]bool{}
+	for _, ws := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		seen[render(ws)] = true
+	}
+	if len(seen) < 4 {
+		t.Fatalf("8 workspaces share %d schedules: not spread", len(seen))
+	}
+}
