@@ -160,6 +160,10 @@ type RolloutSpec struct {
 	FailureThresholdPercent float64    `json:"failure_threshold_percent,omitempty"`
 	MaxRetries              int        `json:"max_retries,omitempty"`
 	Items                   []ItemSpec `json:"items"`
+	// ObservedAt is when the observations behind the plan were read. The
+	// engine drops a spec whose instance finished an item of the same or a
+	// newer generation since then: that plan was made on stale observations.
+	ObservedAt time.Time `json:"observed_at,omitzero"`
 }
 
 // Counters are the dashboard counters. Always:

@@ -277,7 +277,7 @@ func TestAttemptOutcomes(t *testing.T) {
 			if got := lines(t, filepath.Join(h.work("web"), "runs.log")); len(got) != 1 {
 				t.Fatalf("command ran %d times, want 1", len(got))
 			}
-			cfgPath := filepath.Join(h.work("web"), "config.yaml")
+			cfgPath := filepath.Join(h.dir, "state", "configs", "web.yaml")
 			b, err := os.ReadFile(cfgPath)
 			if err != nil || string(b) != att.Payload.Config {
 				t.Fatalf("config.yaml = %q (%v), want the payload config", b, err)

@@ -23,8 +23,8 @@
 //     name that is not a DNS-label-like name is refused as permanent too.
 //  3. The fence is accepted and the attempt journalled "started"; the state
 //     file is fsync'd before the command runs.
-//  4. The payload config is written to StateDir/blocks/<block>/config.yaml
-//     (0600) and Shell -c payload.command runs in that directory, in its own
+//  4. The payload config is written to StateDir/configs/<block>.yaml (0600)
+//     and Shell -c payload.command runs in StateDir/blocks/<block>/, in its own
 //     process group, with a minimal environment: PATH, HOME, FLEETWAVE_NODE,
 //     FLEETWAVE_BLOCK, FLEETWAVE_ACTION, FLEETWAVE_VERSION (target version),
 //     FLEETWAVE_GENERATION, FLEETWAVE_ATTEMPT, FLEETWAVE_CONFIG (the config

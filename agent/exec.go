@@ -40,7 +40,14 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 func (a *agent) execute(ctx context.Context, att fleetwave.Attempt, log zerolog.Logger) (res fleetwave.AttemptResult, interrupted bool) {
 	res = fleetwave.AttemptResult{AttemptID: att.ID, Fence: att.Fence}
 	dir := filepath.Join(a.cfg.StateDir, "blocks", att.Block)
-	cfgPath := filepath.Join(dir, "config.yaml")
+	// The rendered config lives beside the instance directory, not in it, so
+	// that a block's own files never collide with it.
+	cfgPath := filepath.Join(a.cfg.StateDir, "configs", att.Block+".yaml")
+	if err := os.MkdirAll(filepath.Dir(cfgPath), 0o700); err != nil {
+		log.Error().Err(err).Msg("config dir not created")
+		res.Class, res.ExitCode, res.Output = fleetwave.ResultTransient, -1, "agent could not create the config directory"
+		return res, false
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		log.Error().Err(err).Msg("instance dir not created")
 		res.Class, res.ExitCode, res.Output = fleetwave.ResultTransient, -1, "agent could not create the instance directory"

@@ -77,16 +77,16 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	default:
 		return fmt.Errorf("class %q: %w", res.Class, ErrInvalidResult)
 	}
-	inst := ""
+	inst, instAt := "", int64(0)
 	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
 		b, err := json.Marshal(res.Instance)
 		if err != nil {
 			return fmt.Errorf("encode instance: %w", err)
 		}
-		inst = string(b)
+		inst, instAt = string(b), res.Instance.UpdatedAt.UnixMilli()
 	}
 	status, _, err := e.run(ctx, "complete", "", e.nowMS(), node, res.AttemptID, fenceArg(res.Fence),
-		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst)
+		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst, max(instAt, 0))
 	if err != nil {
 		return err
 	}

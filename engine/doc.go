@@ -42,6 +42,7 @@
 //	amb:<node>             set of the node's ambiguous items
 //	obs, obs_nodes         hash node -> last full report (without instances); set of observed nodes
 //	obsi:<node>            hash block -> observed instance (JSON)
+//	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
 //
 // Item ids are "<rollout>.<position>", attempt ids "<item>.<n>". The payload
 // is kept apart from the item and rollout records that status files and the

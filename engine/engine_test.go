@@ -508,3 +508,69 @@ func TestLongPoll(t *testing.T) {
 		}
 	})
 }
+
+func TestObservations(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		h.create(spec("obs", 1, "web", 1, 1, 0))
+		h.step()
+		as := h.poll("n1")
+		if len(as) != 1 {
+			t.Fatalf("polled %d attempts", len(as))
+		}
+		res := fleetwave.AttemptResult{AttemptID: as[0].ID, Fence: as[0].Fence, Class: fleetwave.ResultSuccess,
+			Instance: &fleetwave.InstanceStatus{Block: "web", Version: "v1", Generation: 1, UpdatedAt: t0.Add(2 * time.Second)}}
+		if err := h.e.Complete(h.ctx, "n1", res); err != nil {
+			t.Fatal(err)
+		}
+		instance := func() *fleetwave.InstanceStatus {
+			obs, err := h.e.Observations(h.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return obs.Instance(fleetwave.InstanceKey{Node: "n1", Block: "web"})
+		}
+		t.Run("a report sent before the result does not roll the observation back", func(t *testing.T) {
+			h.report(fleetwave.Report{Node: "n1", SentAt: t0.Add(time.Second)})
+			if in := instance(); in == nil || in.Version != "v1" {
+				t.Fatalf("instance = %+v, want the result's v1 kept", in)
+			}
+		})
+		t.Run("a newer report replaces it", func(t *testing.T) {
+			h.report(fleetwave.Report{Node: "n1", SentAt: t0.Add(3 * time.Second),
+				Instances: []fleetwave.InstanceStatus{{Block: "web", Version: "v9", Generation: 1}}})
+			if in := instance(); in == nil || in.Version != "v9" {
+				t.Fatalf("instance = %+v, want v9", in)
+			}
+		})
+		t.Run("a newer report without the instance removes it", func(t *testing.T) {
+			h.report(fleetwave.Report{Node: "n1", SentAt: t0.Add(4 * time.Second)})
+			if in := instance(); in != nil {
+				t.Fatalf("instance = %+v, want none", in)
+			}
+		})
+	})
+}
+
+func TestStalePlanIsDropped(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		observedAt := h.clk.Now() // observations read while the item still runs
+		h.create(spec("web", 1, "web", 1, 1, 0))
+		h.step()
+		h.clk.Advance(time.Second)
+		h.complete(h.poll("n1")[0], fleetwave.ResultSuccess)
+
+		stale := spec("web", 1, "web", 1, 1, 0)
+		stale.ObservedAt = observedAt
+		if id, _ := h.create(stale); id != "" {
+			t.Fatalf("a plan made before the item finished created rollout %s", id)
+		}
+		h.clk.Advance(time.Second)
+		fresh := spec("web", 1, "web", 1, 1, 0)
+		fresh.ObservedAt = h.clk.Now() // drift seen after the item finished
+		if id, _ := h.create(fresh); id == "" {
+			t.Fatal("a plan made after the item finished created nothing")
+		}
+	})
+}

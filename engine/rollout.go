@@ -22,7 +22,10 @@ const itemFields = 12
 //     the spec is skipped for now;
 //   - a spec is skipped when the instance's last finished item was blocked
 //     or failed at the same generation and config hash (it needs a newer
-//     generation).
+//     generation);
+//   - a spec is skipped when an item of the instance at the spec's
+//     generation or newer finished at or after spec.ObservedAt: the
+//     observations behind the plan predate that result.
 //
 // The id is spec.BaseID, or BaseID-2, -3, ... when taken. When no item
 // remains nothing is created and id is "". ErrStaleFence when fence is not
@@ -35,7 +38,7 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 	args := make([]any, 0, 8+itemFields*len(spec.Items))
 	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
 		strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64), spec.MaxRetries,
-		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items))
+		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items), max(spec.ObservedAt.UnixMilli(), 0))
 	for _, it := range spec.Items {
 		payload, err := json.Marshal(it.Payload)
 		if err != nil {

@@ -168,6 +168,9 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		}
 		ik := fleetwave.InstanceKey{Node: id, Block: t.BlockName}
 		observed := obs.Instance(ik)
+		if observed != nil && observed.State == fleetwave.StateAbsent {
+			observed = nil // an uninstalled instance is not there
+		}
 		var rendered, hash string
 		if desired != fleetwave.StateAbsent {
 			out, err := Render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t))

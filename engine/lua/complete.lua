@@ -1,6 +1,6 @@
 -- complete: ARGV[4] node, [5] attempt id, [6] attempt fence, [7] class,
 -- [8] exit code, [9] backoff base ms, [10] backoff max ms, [11] jitter,
--- [12] observed instance json ("" = none).
+-- [12] observed instance json ("" = none), [13] its updated_at (agent ms).
 -- Returns {'ok', rollouts completed} or {'unknown_attempt'|'wrong_node'|'stale_attempt'}.
 local node, aid = ARGV[4], ARGV[5]
 local class = ARGV[7]
@@ -26,6 +26,7 @@ if class == 'success' then
   done = finish(it, 'completed', '')
   if ARGV[12] ~= '' then
     redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[12])
+    redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[13])
     redis.call('SADD', P .. 'obs_nodes', node)
   end
 elseif class == 'transient' then

@@ -1,6 +1,7 @@
 -- create_rollout: ARGV[4] base id, [5] source json, [6] max_concurrent,
 -- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
--- [10] source user, [11] item count, then 12 fields per item:
+-- [10] source user, [11] item count, [12] observed_at ms (0 = unknown),
+-- then 12 fields per item:
 -- node, block, action, generation, target_version, config_hash,
 -- desired_state, managed_by, criticality, one_shot, timeout_ms, payload.
 -- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
@@ -9,6 +10,7 @@ if not check_fence() then
 end
 local NF = 12
 local n = tonumber(ARGV[11])
+local observed_at = tonumber(ARGV[12]) or 0
 local rid = nil
 local pos = 0
 local out = { 'ok', '' }
@@ -41,7 +43,7 @@ local function open_rollout()
 end
 
 for i = 0, n - 1 do
-  local b = 11 + i * NF
+  local b = 12 + i * NF
   local node, block = ARGV[b + 1], ARGV[b + 2]
   local gen = tonumber(ARGV[b + 4])
   local hash = ARGV[b + 6]
@@ -63,6 +65,11 @@ for i = 0, n - 1 do
   elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
       and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
     create = false -- needs a newer generation
+  elseif observed_at > 0 and num(inst.last_at) >= observed_at
+      and num(inst.last_gen) >= gen then
+    -- an item of this generation finished after the observations behind
+    -- the plan were read: the plan is stale, the next one decides
+    create = false
   end
   if create then
     if not rid then

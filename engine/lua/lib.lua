@@ -103,7 +103,7 @@ local function finish(it, status, reason)
     redis.call('HDEL', ik, 'active')
   end
   redis.call('HSET', ik, 'last_item', it.id, 'last_status', status,
-    'last_gen', it.generation, 'last_hash', it.config_hash or '')
+    'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW))
   return maybe_complete(it.rollout)
 end
 

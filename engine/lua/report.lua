@@ -8,13 +8,30 @@ local sent = tonumber(ARGV[6])
 local n = tonumber(ARGV[7])
 redis.call('HSET', P .. 'obs', node, ARGV[5])
 redis.call('SADD', P .. 'obs_nodes', node)
-local ik = P .. 'obsi:' .. node
-redis.call('DEL', ik)
+local ik, atk = P .. 'obsi:' .. node, P .. 'obsi_at:' .. node
+-- Reports and attempt results race: a report taken before an attempt's
+-- result arrived must not roll the observation back. An instance recorded
+-- after the report was sent (agent clock on both sides) is kept as is.
+local stored_at = {}
+local flat = redis.call('HGETALL', atk)
+for i = 1, #flat, 2 do
+  stored_at[flat[i]] = tonumber(flat[i + 1]) or 0
+end
 local seen = {}
 for i = 0, n - 1 do
   local b = 7 + i * 5
-  seen[ARGV[b + 1]] = { gen = num(ARGV[b + 2]), hash = ARGV[b + 3], state = ARGV[b + 4] }
-  redis.call('HSET', ik, ARGV[b + 1], ARGV[b + 5])
+  local block = ARGV[b + 1]
+  seen[block] = { gen = num(ARGV[b + 2]), hash = ARGV[b + 3], state = ARGV[b + 4] }
+  if (stored_at[block] or 0) <= sent then
+    redis.call('HSET', ik, block, ARGV[b + 5])
+    redis.call('HSET', atk, block, sent)
+  end
+end
+for _, block in ipairs(redis.call('HKEYS', ik)) do
+  if seen[block] == nil and (stored_at[block] or 0) <= sent then
+    redis.call('HDEL', ik, block)
+    redis.call('HDEL', atk, block)
+  end
 end
 local resolved, completed = 0, 0
 local amb = redis.call('SMEMBERS', P .. 'amb:' .. node)
