@@ -1,0 +1,157 @@
+package hub
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the hub configuration (hub.yaml). Policy and identities live
+// here, not in the config repository.
+type Config struct {
+	Repo RepoConfig `yaml:"repo"`
+	// Redis is "managed" (default: a supervised redis-server child with AOF
+	// in DataDir), "embedded" (in-process, not durable: demos and first
+	// tries) or a URL (redis://host:port/db, rediss://..., unix:///path).
+	Redis  string `yaml:"redis"`
+	Listen string `yaml:"listen"`
+	// DataDir holds the git mirror and, in managed mode, Redis's files.
+	DataDir string       `yaml:"data_dir"`
+	Status  StatusConfig `yaml:"status"`
+	Agents  AgentsConfig `yaml:"agents"`
+	// LeaseTTL is the leader lease; a lost leader is replaced within it.
+	LeaseTTL Duration `yaml:"lease_ttl"`
+	// StepInterval is how often the engine dispatches and expires work.
+	StepInterval Duration `yaml:"step_interval"`
+	// ReconcileInterval re-plans the fleet even without a trigger.
+	ReconcileInterval Duration `yaml:"reconcile_interval"`
+	// HubID names this replica in the leader lease (default: host name + pid).
+	HubID string `yaml:"hub_id"`
+}
+
+// RepoConfig says which repository and branch to follow.
+type RepoConfig struct {
+	// URL is a file:// URL or local path of the config repository's remote.
+	URL          string   `yaml:"url"`
+	Branch       string   `yaml:"branch"`
+	PollInterval Duration `yaml:"poll_interval"`
+}
+
+// StatusConfig tunes status write-back.
+type StatusConfig struct {
+	// Interval batches status changes into one commit at most this often.
+	Interval Duration `yaml:"interval"`
+}
+
+// AgentsConfig holds the agents' credentials: node id -> hex sha256 of the
+// node's bearer token (the token itself never enters the hub config).
+type AgentsConfig struct {
+	Tokens map[string]string `yaml:"tokens"`
+}
+
+// Duration is a time.Duration written as "5s" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// LoadConfig reads and checks a hub.yaml; unknown fields are errors.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// SetDefaults fills unset fields.
+func (c *Config) SetDefaults() {
+	if c.Repo.Branch == "" {
+		c.Repo.Branch = "main"
+	}
+	if c.Repo.PollInterval == 0 {
+		c.Repo.PollInterval = Duration(5 * time.Second)
+	}
+	if c.Redis == "" {
+		c.Redis = "managed"
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Status.Interval == 0 {
+		c.Status.Interval = Duration(5 * time.Second)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = Duration(15 * time.Second)
+	}
+	if c.StepInterval == 0 {
+		c.StepInterval = Duration(200 * time.Millisecond)
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = Duration(30 * time.Second)
+	}
+	if c.HubID == "" {
+		host, _ := os.Hostname()
+		c.HubID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+}
+
+// Validate checks a configuration after SetDefaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Repo.URL == "" {
+		errs = append(errs, errors.New("repo.url is required"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir is required"))
+	}
+	for node, h := range c.Agents.Tokens {
+		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+			errs = append(errs, fmt.Errorf("agents.tokens.%s: want the hex sha256 of the token (64 hex characters)", node))
+		}
+	}
+	if c.LeaseTTL.D() < time.Second {
+		errs = append(errs, errors.New("lease_ttl must be at least 1s"))
+	}
+	return errors.Join(errs...)
+}
+
+// HashToken returns the hex sha256 of an agent token, the form hub.yaml holds.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return hex.EncodeToString(sum[:])
+}

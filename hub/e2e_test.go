@@ -1,0 +1,235 @@
+package hub_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/agent"
+	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
+)
+
+// fleet is a three-node config repository without any trigger yet.
+func fleet(lockDir string) map[string]string {
+	files := map[string]string{
+		"fleetwave.cue": `kind: "config"
+name: "fleetwave"
+max_concurrent: 5
+`,
+		// The install command fails (permanently) if another install of this
+		// block is in flight anywhere: mkdir is atomic.
+		"blocks/web.cue": fmt.Sprintf(`kind: "block"
+name: "web"
+actions: {
+	install: {
+		command: "mkdir %[1]s/inflight || exit 3; echo run >> \"$FLEETWAVE_STATE_DIR/runs\"; cp \"$FLEETWAVE_CONFIG\" \"$FLEETWAVE_STATE_DIR/config.yaml\"; sleep 0.3; rmdir %[1]s/inflight"
+		timeout: "1m"
+	}
+	upgrade: {
+		command: "echo up >> \"$FLEETWAVE_STATE_DIR/runs\""
+	}
+}
+`, lockDir),
+	}
+	for i, crit := range []string{"low", "high", "medium"} {
+		id := fmt.Sprintf("n%d", i+1)
+		files["nodes/"+id+".cue"] = fmt.Sprintf(`kind: "node"
+name: %q
+criticality: %q
+labels: { tier: "web" }
+`, id, crit)
+	}
+	return files
+}
+
+const webBRC = `kind: "trigger"
+name: "web"
+block_name: "web"
+target_version: "1.0.0"
+nodes: ["n1", "n2", "n3"]
+max_concurrent: 1
+block_config_template: """
+	node: {{ node.id }}
+	version: {{ brc.target_version }}
+	"""
+`
+
+type backend struct {
+	name  string
+	redis func(t *testing.T) string
+}
+
+var backends = []backend{
+	{"real redis-server", func(t *testing.T) string { return "unix://" + redistest.Start(t).Addr }},
+	{"embedded redis", func(*testing.T) string { return "embedded" }},
+}
+
+func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			redisURL := b.redis(t)
+			lockDir := t.TempDir()
+			remote := gittest.NewRemote(t, fleet(lockDir))
+			f := startFleet(t, remote, redisURL, []string{"n1", "n2", "n3"})
+
+			gittest.Push(t, remote, map[string]string{"brc/web.cue": webBRC}, nil, "Roll out web 1.0.0")
+
+			r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
+			if r.Counters.Total != 3 || r.Counters.Done != 3 {
+				t.Fatalf("rollout counters = %+v, want total=3 done=3", r.Counters)
+			}
+			// Criticality order (n2 high, n3 medium, n1 low), one item per wave.
+			var order []string
+			for _, it := range items {
+				order = append(order, fmt.Sprintf("%s@wave%d:%s", it.Node, it.Wave, it.Status))
+			}
+			if want := []string{"n2@wave1:completed", "n3@wave2:completed", "n1@wave3:completed"}; strings.Join(order, " ") != strings.Join(want, " ") {
+				t.Fatalf("items = %v, want %v", order, want)
+			}
+			// Never two in flight: dispatch..completion intervals do not overlap.
+			sort.Slice(items, func(i, j int) bool { return items[i].DispatchedAt.Before(items[j].DispatchedAt) })
+			for i := 1; i < len(items); i++ {
+				if items[i].DispatchedAt.Before(items[i-1].CompletedAt) {
+					t.Fatalf("item %s dispatched at %v before %s completed at %v", items[i].Node, items[i].DispatchedAt, items[i-1].Node, items[i-1].CompletedAt)
+				}
+			}
+			// Each agent ran the block command exactly once, with its rendered config.
+			for _, n := range []string{"n1", "n2", "n3"} {
+				runs, err := os.ReadFile(filepath.Join(f.stateDir(n), "blocks", "web", "runs"))
+				if err != nil || string(runs) != "run\n" {
+					t.Fatalf("%s ran %q (err %v), want exactly one run", n, runs, err)
+				}
+				cfg, _ := os.ReadFile(filepath.Join(f.stateDir(n), "blocks", "web", "config.yaml"))
+				if !strings.Contains(string(cfg), "node: "+n) {
+					t.Fatalf("%s config = %q", n, cfg)
+				}
+			}
+			// A status commit on the remote shows total=3 done=3.
+			doc := waitFile(t, remote, "status/rollouts/web-g1.yaml", func(s string) bool {
+				return strings.Contains(s, "status: completed") && strings.Contains(s, "done: 3") && strings.Contains(s, "total: 3")
+			})
+			if strings.Contains(doc, "node: n1\n    version") || strings.Contains(doc, "command:") {
+				t.Fatalf("status leaks payloads:\n%s", doc)
+			}
+			good := f.hub.Snapshot().Commit
+			if g := f.hub.Snapshot().Generation("trigger/web"); g != 1 {
+				t.Fatalf("generation of trigger/web = %d, want 1", g)
+			}
+
+			// An invalid commit is rejected; the last good snapshot stays in force.
+			bad := gittest.Push(t, remote, map[string]string{"nodes/n4.cue": "kind: \"node\"\nname: \"n4\"\ncriticality: \"urgent\"\n"}, nil, "Add n4")
+			summary := waitFile(t, remote, "status/summary.yaml", func(s string) bool {
+				return strings.Contains(s, "result: rejected") && strings.Contains(s, bad)
+			})
+			if !strings.Contains(summary, "nodes/n4.cue:3:") {
+				t.Fatalf("summary does not point at the bad line:\n%s", summary)
+			}
+			if snap := f.hub.Snapshot(); snap.Commit != good || snap.Generation("trigger/web") != 1 {
+				t.Fatalf("snapshot in force = %s gen %d, want the last good %s gen 1", snap.Commit, snap.Generation("trigger/web"), good)
+			}
+			// The rejected commit created no work.
+			if s, _ := f.hub.Summary(context.Background()); s.Counters.Total != 3 {
+				t.Fatalf("counters after rejected commit = %+v", s.Counters)
+			}
+		})
+	}
+}
+
+type runningFleet struct {
+	hub  *hub.Hub
+	dir  string
+	stop func()
+}
+
+func (f *runningFleet) stateDir(node string) string { return filepath.Join(f.dir, node) }
+
+func startFleet(t *testing.T, remote, redisURL string, nodes []string) *runningFleet {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := map[string]string{}
+	for _, n := range nodes {
+		tokens[n] = hub.HashToken("token-" + n)
+	}
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	cfg := hub.Config{
+		Repo:         hub.RepoConfig{URL: remote, Branch: "main", PollInterval: hub.Duration(100 * time.Millisecond)},
+		Redis:        redisURL,
+		Listen:       "127.0.0.1:0",
+		DataDir:      filepath.Join(dir, "hub"),
+		Status:       hub.StatusConfig{Interval: hub.Duration(200 * time.Millisecond)},
+		Agents:       hub.AgentsConfig{Tokens: tokens},
+		StepInterval: hub.Duration(50 * time.Millisecond),
+		HubID:        "test-hub",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := hub.New(ctx, cfg, hub.WithLogger(log))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := h.Run(ctx); err != nil {
+			t.Errorf("hub: %v", err)
+		}
+	})
+	for _, n := range nodes {
+		wg.Go(func() {
+			err := agent.Run(ctx, agent.Config{
+				HubURL: "http://" + h.Addr(), Node: n, Token: "token-" + n,
+				StateDir: filepath.Join(dir, n), PollWait: time.Second, ReportInterval: 5 * time.Second,
+				Logger: log.With().Str("node", n).Logger(),
+			})
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("agent %s: %v", n, err)
+			}
+		})
+	}
+	f := &runningFleet{hub: h, dir: dir}
+	f.stop = func() { cancel(); wg.Wait(); h.Close() }
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *runningFleet) waitRollout(t *testing.T, id string, want fleetwave.RolloutStatus) (fleetwave.Rollout, []fleetwave.Item) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, items, err := f.hub.Engine().Rollout(context.Background(), id)
+		if err == nil && r.Status == want {
+			return r, items
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollout %s: status %q (err %v), want %q; items %+v", id, r.Status, err, want, items)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitFile(t *testing.T, remote, path string, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, found := gittest.ReadFile(t, remote, path)
+		if found && ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on the remote never matched; last:\n%s\nlog: %v", path, s, gittest.Log(t, remote))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

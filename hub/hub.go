@@ -1,0 +1,432 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/api"
+	"github.com/fleetwave/fleetwave/engine"
+	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/reconciler"
+	"github.com/fleetwave/fleetwave/schema"
+)
+
+// Hub follows the config repository and drives the fleet.
+type Hub struct {
+	cfg   Config
+	log   zerolog.Logger
+	clock clock.Clock
+
+	redis     *redisBackend
+	eng       *engine.Engine
+	repo      *gitsync.Repo
+	validator *schema.Validator
+	tokens    map[string]string // hex sha256(token) -> node
+	listener  net.Listener
+	server    *http.Server
+
+	syncNow      chan struct{}
+	reconcileNow chan struct{}
+	statusNow    chan struct{}
+
+	mu         sync.Mutex
+	fence      int64
+	snapshot   *fleetwave.Snapshot
+	sync       fleetwave.SyncState
+	syncGen    int64  // bumped when sync changes, so status is rewritten
+	lastSeen   string // newest commit looked at (applied or rejected)
+	statusMark string // engine version + sync generation last written
+}
+
+// Option configures a Hub.
+type Option func(*Hub)
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(h *Hub) { h.log = l } }
+
+// WithClock sets the clock of the hub and its engine.
+func WithClock(c clock.Clock) Option { return func(h *Hub) { h.clock = c } }
+
+// New checks the configuration, opens Redis, the repository mirror and the
+// listener. Call Run to start working and Close after Run returned.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h := &Hub{
+		cfg: cfg, log: zerolog.Nop(),
+		syncNow:      make(chan struct{}, 1),
+		reconcileNow: make(chan struct{}, 1),
+		statusNow:    make(chan struct{}, 1),
+		tokens:       map[string]string{},
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	h.clock = clock.Or(h.clock)
+	h.log = h.log.With().Str("component", "hub").Str("hub", cfg.HubID).Logger()
+	for node, hash := range cfg.Agents.Tokens {
+		h.tokens[hash] = node
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			h.Close()
+		}
+	}()
+	var err error
+	if h.validator, err = schema.New(); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
+		return nil, err
+	}
+	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log))
+	if err := h.eng.Load(ctx); err != nil {
+		return nil, fmt.Errorf("load engine scripts: %w", err)
+	}
+	h.repo, err = gitsync.Open(ctx, gitsync.Source{URL: cfg.Repo.URL, Branch: cfg.Repo.Branch, Dir: filepath.Join(cfg.DataDir, "mirror")},
+		gitsync.WithLogger(h.log), gitsync.WithClock(h.clock), gitsync.WithNormalizer(normalizer{}),
+		gitsync.WithAuthor("fleetwave hub", "hub@fleetwave.invalid"))
+	if err != nil {
+		return nil, fmt.Errorf("open repository: %w", err)
+	}
+	if h.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	h.server = &http.Server{
+		Handler:           api.New(h, api.WithLogger(h.log)),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	if len(cfg.Agents.Tokens) == 0 {
+		h.log.Warn().Msg("no agent tokens configured: no agent can connect")
+	}
+	ok = true
+	return h, nil
+}
+
+// Addr is the address the API listens on.
+func (h *Hub) Addr() string { return h.listener.Addr().String() }
+
+// Engine exposes the engine (for tests and the demo's summary line).
+func (h *Hub) Engine() *engine.Engine { return h.eng }
+
+// RedisClient exposes the Redis client.
+func (h *Hub) RedisClient() redis.UniversalClient { return h.redis.client }
+
+// Close releases Redis, the mirror and the listener.
+func (h *Hub) Close() {
+	if h.listener != nil {
+		_ = h.listener.Close()
+	}
+	if h.repo != nil {
+		_ = h.repo.Close()
+	}
+	if h.redis != nil {
+		h.redis.close()
+	}
+}
+
+// Run serves the API and runs the loops until ctx is cancelled.
+func (h *Hub) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctx = h.log.WithContext(ctx)
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 1)
+	wg.Go(func() {
+		if err := h.server.Serve(h.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+			cancel()
+		}
+	})
+	h.log.Info().Str("addr", h.Addr()).Str("repo", h.cfg.Repo.URL).Str("branch", h.cfg.Repo.Branch).Str("redis", h.redis.mode).Msg("hub started")
+	wg.Go(func() { h.leaseLoop(ctx) })
+	wg.Go(func() { h.loop(ctx, h.cfg.Repo.PollInterval.D(), h.syncNow, h.syncStep) })
+	wg.Go(func() { h.loop(ctx, h.cfg.ReconcileInterval.D(), h.reconcileNow, h.reconcileStep) })
+	wg.Go(func() { h.loop(ctx, h.cfg.StepInterval.D(), nil, h.engineStep) })
+	wg.Go(func() { h.loop(ctx, h.cfg.Status.Interval.D(), h.statusNow, h.statusStep) })
+	h.kick(h.syncNow)
+	<-ctx.Done()
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = h.server.Shutdown(shutdownCtx)
+	cancelShutdown()
+	wg.Wait()
+	// a last status write so that what happened is in the repository
+	h.statusStep(context.Background())
+	if fence := h.currentFence(); fence > 0 {
+		_ = h.eng.Resign(context.Background(), h.cfg.HubID, fence)
+	}
+	h.log.Info().Msg("hub stopped")
+	select {
+	case err := <-serveErr:
+		return err
+	default:
+		return nil
+	}
+}
+
+func (h *Hub) kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// loop runs step every interval and whenever kick is signalled; steps never
+// overlap. A panic in a step is logged and the loop goes on.
+func (h *Hub) loop(ctx context.Context, every time.Duration, kick <-chan struct{}, step func(context.Context)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-kick:
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					h.log.Error().Interface("panic", r).Msg("loop step panicked")
+				}
+			}()
+			step(ctx)
+		}()
+	}
+}
+
+func (h *Hub) currentFence() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fence
+}
+
+func (h *Hub) setFence(f int64) {
+	h.mu.Lock()
+	old := h.fence
+	h.fence = f
+	h.mu.Unlock()
+	if old != f {
+		if f > 0 {
+			h.log.Info().Int64("fence", f).Msg("leader lease acquired")
+			h.kick(h.syncNow)
+			h.kick(h.reconcileNow)
+		} else {
+			h.log.Warn().Int64("fence", old).Msg("leader lease lost")
+		}
+	}
+}
+
+func (h *Hub) leaseLoop(ctx context.Context) {
+	ttl := h.cfg.LeaseTTL.D()
+	for {
+		fence := h.currentFence()
+		if fence == 0 {
+			f, err := h.eng.Campaign(ctx, h.cfg.HubID, ttl)
+			switch {
+			case err == nil:
+				h.setFence(f)
+			case errors.Is(err, engine.ErrNotLeader):
+				h.log.Debug().Msg("another hub holds the lease")
+			case ctx.Err() == nil:
+				h.log.Warn().Err(err).Msg("campaign")
+			}
+		} else if err := h.eng.Renew(ctx, h.cfg.HubID, fence, ttl); err != nil && ctx.Err() == nil {
+			h.log.Warn().Err(err).Int64("fence", fence).Msg("renew lease")
+			if errors.Is(err, engine.ErrNotLeader) || errors.Is(err, engine.ErrStaleFence) {
+				h.setFence(0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(ttl / 3):
+		}
+	}
+}
+
+// syncStep fetches the tracked branch and, for a new commit that is not a
+// status-only one, validates it into the snapshot in force.
+func (h *Hub) syncStep(ctx context.Context) {
+	if h.currentFence() == 0 {
+		return
+	}
+	start := time.Now()
+	head, _, err := h.repo.Fetch(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("fetch")
+			h.setSync(func(s *fleetwave.SyncState) { s.Result, s.Message = "error", err.Error() })
+		}
+		return
+	}
+	h.mu.Lock()
+	last := h.lastSeen
+	h.mu.Unlock()
+	if head == last {
+		return
+	}
+	log := h.log.With().Str("commit", head).Logger()
+	if last != "" {
+		if only, err := h.repo.StatusOnly(ctx, last, head); err == nil && only {
+			h.mu.Lock()
+			h.lastSeen = head
+			h.mu.Unlock()
+			log.Debug().Msg("status-only commit: nothing to reconcile")
+			return
+		}
+	}
+	files, refused, err := h.repo.Files(ctx, head)
+	if err != nil {
+		log.Warn().Err(err).Msg("read commit")
+		return
+	}
+	snap, err := h.validator.Load(files)
+	var verr *fleetwave.ValidationError
+	if err != nil && !errors.As(err, &verr) {
+		log.Error().Err(err).Msg("validate commit")
+		return
+	}
+	if len(refused) > 0 {
+		if verr == nil {
+			verr = &fleetwave.ValidationError{}
+		}
+		verr.Errors = append(verr.Errors, refused...)
+		verr.Sort()
+	}
+	if verr != nil {
+		h.mu.Lock()
+		h.lastSeen = head
+		h.mu.Unlock()
+		for _, fe := range verr.Errors {
+			log.Warn().Str("error", fe.Error()).Msg("commit rejected")
+		}
+		h.setSync(func(s *fleetwave.SyncState) {
+			s.Commit, s.Result, s.Errors, s.Message, s.At = head, "rejected", verr.Errors, "", h.clock.Now().UTC()
+		})
+		return
+	}
+	gens, err := h.repo.Generations(ctx, head)
+	if err != nil {
+		log.Error().Err(err).Msg("compute generations")
+		return
+	}
+	snap.Commit, snap.Generations = head, gens
+	h.mu.Lock()
+	h.snapshot, h.lastSeen = snap, head
+	h.mu.Unlock()
+	h.setSync(func(s *fleetwave.SyncState) {
+		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
+	})
+	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Dur("took", time.Since(start)).Msg("snapshot applied")
+	h.kick(h.reconcileNow)
+}
+
+func (h *Hub) setSync(f func(*fleetwave.SyncState)) {
+	h.mu.Lock()
+	before := h.sync
+	f(&h.sync)
+	if h.sync.Result != before.Result || h.sync.Commit != before.Commit || h.sync.Message != before.Message || len(h.sync.Errors) != len(before.Errors) {
+		h.syncGen++
+	}
+	h.mu.Unlock()
+	h.kick(h.statusNow)
+}
+
+// reconcileStep plans the snapshot in force against the observations and
+// hands the rollouts to the engine.
+func (h *Hub) reconcileStep(ctx context.Context) {
+	fence := h.currentFence()
+	h.mu.Lock()
+	snap := h.snapshot
+	h.mu.Unlock()
+	if fence == 0 || snap == nil {
+		return
+	}
+	observedAt := h.clock.Now()
+	obs, err := h.eng.Observations(ctx)
+	if err != nil {
+		h.log.Warn().Err(err).Msg("read observations")
+		return
+	}
+	plan := reconciler.PlanSnapshot(snap, obs, observedAt)
+	for _, p := range plan.Problems {
+		h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance not planned")
+	}
+	if len(plan.Rollouts) == 0 {
+		return
+	}
+	actor := ""
+	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
+		actor = info.Email
+	}
+	for _, spec := range plan.Rollouts {
+		spec.Source.Actor = actor
+		spec.ObservedAt = observedAt
+		id, items, err := h.eng.CreateRollout(ctx, fence, spec)
+		if err != nil {
+			h.log.Warn().Err(err).Str("brc", spec.Source.Object.Name()).Msg("create rollout")
+			continue
+		}
+		if id != "" {
+			h.log.Info().Str("rollout", id).Int("items", len(items)).Int64("generation", spec.Source.Generation).
+				Str("commit", spec.Source.Commit).Int("max_concurrent", spec.MaxConcurrent).Msg("rollout created")
+		}
+	}
+}
+
+func (h *Hub) engineStep(ctx context.Context) {
+	fence := h.currentFence()
+	if fence == 0 {
+		return
+	}
+	res, err := h.eng.Step(ctx, fence)
+	if err != nil {
+		if errors.Is(err, engine.ErrStaleFence) || errors.Is(err, engine.ErrNotLeader) {
+			h.setFence(0)
+		}
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("engine step")
+		}
+		return
+	}
+	if res.Completed > 0 {
+		h.kick(h.reconcileNow)
+	}
+}
+
+// Snapshot returns the snapshot in force (nil before the first good commit).
+func (h *Hub) Snapshot() *fleetwave.Snapshot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.snapshot
+}
+
+// SyncState returns the result of the last sync.
+func (h *Hub) SyncState() fleetwave.SyncState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sync
+}
+
+// normalizer adapts schema to gitsync's Normalizer without either package
+// importing the other.
+type normalizer struct{}
+
+func (normalizer) ObjectKey(p string) (fleetwave.ObjectKey, bool) { return schema.ObjectKeyForPath(p) }
+func (normalizer) Normalize(p string, data []byte) ([]byte, error) {
+	return schema.Normalize(p, data)
+}

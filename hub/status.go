@@ -1,0 +1,256 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/reconciler"
+)
+
+// statusStep writes status/ back to the repository when the engine's state
+// or the sync result changed since the last write. Files are deterministic
+// (sorted keys, no wall-clock "now"), so a commit appears only on change.
+func (h *Hub) statusStep(ctx context.Context) {
+	fence := h.currentFence()
+	if fence == 0 {
+		return
+	}
+	version, err := h.eng.Version(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("read engine version")
+		}
+		return
+	}
+	h.mu.Lock()
+	mark := fmt.Sprintf("%d/%d", version, h.syncGen)
+	unchanged := mark == h.statusMark
+	h.mu.Unlock()
+	if unchanged {
+		return
+	}
+	files, subject, err := h.statusFiles(ctx)
+	if err != nil {
+		h.log.Warn().Err(err).Msg("build status files")
+		return
+	}
+	h.mu.Lock()
+	applied := h.sync.Applied
+	h.mu.Unlock()
+	msg := subject + "\n\nFleetwave-Applied-Commit: " + applied + fmt.Sprintf("\nFleetwave-Fence: %d\n", fence)
+	commit, err := h.repo.CommitStatus(ctx, files, msg)
+	if err != nil {
+		h.log.Warn().Err(err).Msg("status commit")
+		return
+	}
+	h.mu.Lock()
+	h.statusMark = mark
+	h.mu.Unlock()
+	if commit != "" {
+		h.log.Info().Str("commit", commit).Int64("fence", fence).Str("subject", subject).Msg("status committed")
+	}
+}
+
+// statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
+// status/nodes/<id>.yaml. It never includes rendered configs or payloads.
+func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error) {
+	counters, err := h.eng.Counters(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	rollouts, err := h.eng.Rollouts(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	obs, err := h.eng.Observations(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	h.mu.Lock()
+	snap, syncState := h.snapshot, h.sync
+	h.mu.Unlock()
+
+	files := map[string][]byte{}
+	type rolloutLine struct {
+		ID       string             `json:"id"`
+		Status   string             `json:"status"`
+		Reason   string             `json:"reason,omitempty"`
+		Wave     int                `json:"wave"`
+		Source   string             `json:"source"`
+		Counters fleetwave.Counters `json:"counters"`
+	}
+	var lines []rolloutLine
+	subject := "status: summary"
+	var newest *fleetwave.Rollout
+	for i := range rollouts {
+		r := rollouts[i]
+		lines = append(lines, rolloutLine{ID: r.ID, Status: string(r.Status), Reason: r.Reason, Wave: r.Wave,
+			Source: fmt.Sprintf("%s@%d", r.Source.Object, r.Source.Generation), Counters: r.Counters})
+		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
+			newest = &rollouts[i]
+		}
+		_, items, err := h.eng.Rollout(ctx, r.ID)
+		if err != nil {
+			return nil, "", fmt.Errorf("rollout %s: %w", r.ID, err)
+		}
+		doc, err := rolloutStatus(r, items)
+		if err != nil {
+			return nil, "", err
+		}
+		files["status/rollouts/"+r.ID+".yaml"] = doc
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].ID < lines[j].ID })
+	if newest != nil {
+		c := newest.Counters
+		subject = fmt.Sprintf("status: rollout %s %s wave %d, %d/%d done, %d failed", newest.ID, newest.Status, newest.Wave, c.Done, c.Total, c.Failed)
+	}
+	if syncState.Result == "rejected" {
+		subject = fmt.Sprintf("status: commit %s rejected (%d errors)", short(syncState.Commit), len(syncState.Errors))
+	}
+
+	syncDoc := map[string]any{"commit": syncState.Commit, "applied": syncState.Applied, "result": syncState.Result}
+	if syncState.Message != "" {
+		syncDoc["message"] = syncState.Message
+	}
+	if len(syncState.Errors) > 0 {
+		lines := make([]string, len(syncState.Errors))
+		for i, fe := range syncState.Errors {
+			lines[i] = fe.Error()
+		}
+		syncDoc["errors"] = lines
+	}
+	summary := map[string]any{
+		"counters": counters,
+		"sync":     syncDoc,
+		"rollouts": lines,
+	}
+	if snap != nil {
+		summary["generations"] = generationSummary(snap, obs)
+		summary["nodes"] = len(snap.Nodes)
+	}
+	doc, err := toYAML(summary)
+	if err != nil {
+		return nil, "", err
+	}
+	files["status/summary.yaml"] = doc
+
+	for node, r := range obs {
+		type inst struct {
+			Block      string `json:"block"`
+			Version    string `json:"version,omitempty"`
+			ConfigHash string `json:"config_hash,omitempty"`
+			Generation int64  `json:"generation"`
+			State      string `json:"state,omitempty"`
+			ManagedBy  string `json:"managed_by,omitempty"`
+		}
+		var insts []inst
+		for _, in := range r.Instances {
+			insts = append(insts, inst{in.Block, in.Version, in.ConfigHash, in.Generation, string(in.State), in.ManagedBy})
+		}
+		sort.Slice(insts, func(i, j int) bool { return insts[i].Block < insts[j].Block })
+		ns := map[string]any{
+			"node":          node,
+			"agent_version": r.AgentVersion,
+			"capabilities":  r.Capabilities,
+			"instances":     insts,
+		}
+		if snap != nil {
+			if n := snap.Nodes[node]; n != nil {
+				ns["drain"] = n.Drain
+			} else {
+				ns["unknown_node"] = true
+			}
+		}
+		doc, err := toYAML(ns)
+		if err != nil {
+			return nil, "", err
+		}
+		files["status/nodes/"+node+".yaml"] = doc
+	}
+	return files, subject, nil
+}
+
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+// generationSummary gives, per trigger, the desired generation and the
+// lowest generation its in-scope instances report (0: some not reported).
+func generationSummary(snap *fleetwave.Snapshot, obs fleetwave.Observations) map[string]any {
+	out := map[string]any{}
+	for name, t := range snap.Triggers {
+		key := fleetwave.Key(fleetwave.KindTrigger, name)
+		observed := int64(-1)
+		for _, id := range reconciler.Scope(snap, t) {
+			g := int64(0)
+			if in := obs.Instance(fleetwave.InstanceKey{Node: id, Block: t.BlockName}); in != nil {
+				g = in.Generation
+			}
+			if observed < 0 || g < observed {
+				observed = g
+			}
+		}
+		out[string(key)] = map[string]int64{"desired": snap.Generation(key), "observed": max(observed, 0)}
+	}
+	return out
+}
+
+func rolloutStatus(r fleetwave.Rollout, items []fleetwave.Item) ([]byte, error) {
+	waves := map[int][]string{}
+	for _, it := range items {
+		if it.Wave > 0 {
+			waves[it.Wave] = append(waves[it.Wave], it.Node)
+		}
+	}
+	type waveLine struct {
+		Wave  int      `json:"wave"`
+		Nodes []string `json:"nodes"`
+	}
+	var wl []waveLine
+	for w, nodes := range waves {
+		sort.Strings(nodes)
+		wl = append(wl, waveLine{w, nodes})
+	}
+	sort.Slice(wl, func(i, j int) bool { return wl[i].Wave < wl[j].Wave })
+	targets := make([]string, 0, len(items))
+	for _, it := range items {
+		targets = append(targets, it.Node)
+	}
+	sort.Strings(targets)
+	return toYAML(map[string]any{
+		"rollout": r,
+		"targets": targets,
+		"waves":   wl,
+		"items":   items,
+	})
+}
+
+// toYAML renders v deterministically: through JSON (the field names of the
+// API) into sorted-key YAML.
+func toYAML(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var generic any
+	if err := json.Unmarshal(data, &generic); err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(generic); err != nil {
+		return nil, err
+	}
+	_ = enc.Close()
+	return []byte("# written by the fleetwave hub: edits here are overwritten\n" + b.String()), nil
+}
