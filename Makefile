@@ -1,0 +1,44 @@
+# fleetwave — build, test, demo.
+GO        ?= go
+BIN       := bin/fleetwave
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/fleetwave/fleetwave.Version=$(VERSION)
+# tests never read the developer's git configuration
+GITENV    := GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+
+.PHONY: all build test test-short demo vet fmt verify check clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fleetwave
+
+## test: every test, with the race detector, against a real redis-server and real git
+test:
+	$(GITENV) $(GO) test -race -count=1 -timeout 15m ./...
+
+test-short:
+	$(GITENV) $(GO) test -count=1 ./...
+
+## demo: a whole fleet on this machine (embedded Redis, hub, 12 agents, console on :8080)
+demo: build
+	./$(BIN) demo
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## verify: formatting, vet and a tidy module, with nothing left uncommitted by them
+verify: vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	$(GO) mod tidy
+	git diff --exit-code go.mod go.sum
+
+## check: the import rules of ARCHITECTURE.md (also enforced by TestDeps)
+check: verify
+	$(GITENV) $(GO) test -run TestDeps -count=1 .
+
+clean:
+	rm -rf bin

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/agent"
+	"github.com/fleetwave/fleetwave/examples"
+	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/schema"
+)
+
+type demoOptions struct {
+	listen   string
+	agents   int
+	dir      string
+	duration time.Duration
+	redis    string
+}
+
+func demoCmd(stdout io.Writer, newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command {
+	var o demoOptions
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a whole fleet on this machine: a config repo from examples/, embedded Redis, the hub and a dozen agents",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), o, stdout, newLogger(zerolog.WarnLevel, true))
+		},
+	}
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "console and API address")
+	cmd.Flags().IntVar(&o.agents, "agents", 12, "number of local agents (one per example node)")
+	cmd.Flags().StringVar(&o.dir, "dir", "", "working directory (default: a new temporary directory)")
+	cmd.Flags().DurationVar(&o.duration, "for", 0, "stop after this long (default: until Ctrl-C)")
+	cmd.Flags().StringVar(&o.redis, "redis", "embedded", "redis: embedded (default here), managed, or a redis:// URL")
+	return cmd
+}
+
+func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logger) error {
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	dir := o.dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "fleetwave-demo-"); err != nil {
+			return err
+		}
+	}
+	seed := filepath.Join(dir, "seed")
+	remote := filepath.Join(dir, "remote.git")
+	if err := copyFS(examples.FS, "fleet", seed); err != nil {
+		return fmt.Errorf("write example repository: %w", err)
+	}
+	v, err := schema.New()
+	if err != nil {
+		return err
+	}
+	snap, err := v.LoadDir(seed)
+	if err != nil {
+		return fmt.Errorf("example repository: %w", err)
+	}
+	if _, err := gitsync.SeedBare(ctx, seed, remote, "main", "Example fleet", gitsync.CommitInfo{Author: "fleetwave demo", Email: "demo@fleetwave.invalid", When: time.Now()}); err != nil {
+		return fmt.Errorf("create demo remote: %w", err)
+	}
+
+	nodes := snap.SortedNodeIDs()
+	if o.agents < len(nodes) {
+		nodes = nodes[:max(o.agents, 0)]
+	}
+	tokens := map[string]string{}
+	hashes := map[string]string{}
+	for _, n := range nodes {
+		buf := make([]byte, 24)
+		if _, err := rand.Read(buf); err != nil {
+			return err
+		}
+		tok := hex.EncodeToString(buf)
+		tokens[n] = tok
+		hashes[n] = hub.HashToken(tok)
+		if err := os.MkdirAll(filepath.Join(dir, "agents", n), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "agents", n, "token"), []byte(tok+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	cfg := hub.Config{
+		Repo:         hub.RepoConfig{URL: "file://" + remote, Branch: "main", PollInterval: hub.Duration(time.Second)},
+		Redis:        o.redis,
+		Listen:       o.listen,
+		DataDir:      filepath.Join(dir, "hub"),
+		Status:       hub.StatusConfig{Interval: hub.Duration(2 * time.Second)},
+		Agents:       hub.AgentsConfig{Tokens: hashes},
+		StepInterval: hub.Duration(100 * time.Millisecond),
+		HubID:        "demo-hub",
+	}
+	h, err := hub.New(ctx, cfg, hub.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	url := "http://" + h.Addr()
+
+	var wg sync.WaitGroup
+	hubErr := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { hubErr <- h.Run(runCtx) })
+	for _, n := range nodes {
+		wg.Go(func() {
+			err := agent.Run(runCtx, agent.Config{
+				HubURL: url, Node: n, Token: tokens[n],
+				StateDir:       filepath.Join(dir, "agents", n, "state"),
+				PollWait:       5 * time.Second,
+				ReportInterval: 30 * time.Second,
+				Logger:         log.With().Str("node", n).Logger(),
+			})
+			if err != nil && runCtx.Err() == nil {
+				log.Error().Err(err).Str("node", n).Msg("agent stopped")
+			}
+		})
+	}
+
+	fmt.Fprintf(out, `fleetwave demo
+  console:     %s
+  remote repo: %s   (the hub follows its main branch)
+  agents:      %d, state under %s
+  redis:       %s
+
+Watch a rollout run in waves, then push a change:
+  git clone %s %s
+  cd %s && sed -i 's/1.4.0/1.5.0/' brc/operator-rollout.cue
+  git commit -am "operator 1.5.0" && git push
+Status commits appear on main:  git -C %s log --oneline main
+Stop with Ctrl-C.
+
+`, url, remote, len(nodes), filepath.Join(dir, "agents"), o.redis,
+		remote, filepath.Join(dir, "work"), filepath.Join(dir, "work"), remote)
+
+	progress(runCtx, h, out)
+	stop()
+	wg.Wait()
+	err = <-hubErr
+	fmt.Fprintf(out, "stopped; files kept in %s\n", dir)
+	return err
+}
+
+// progress prints a line each time the fleet counters change.
+func progress(ctx context.Context, h *hub.Hub, out io.Writer) {
+	last := ""
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s, err := h.Summary(ctx)
+		if err != nil {
+			continue
+		}
+		sort.Slice(s.Rollouts, func(i, j int) bool { return s.Rollouts[i].ID < s.Rollouts[j].ID })
+		line := fmt.Sprintf("total=%d done=%d in_progress=%d pending=%d failed=%d skipped=%d",
+			s.Counters.Total, s.Counters.Done, s.Counters.InProgress, s.Counters.Pending, s.Counters.Failed, s.Counters.Skipped)
+		for _, r := range s.Rollouts {
+			if r.Status == fleetwave.RolloutActive {
+				line += fmt.Sprintf(" | %s wave %d", r.ID, r.Wave)
+			}
+		}
+		if s.Sync.Result == "rejected" {
+			line += fmt.Sprintf(" | commit %s rejected: %d error(s)", s.Sync.Commit[:min(12, len(s.Sync.Commit))], len(s.Sync.Errors))
+		}
+		if line != last {
+			fmt.Fprintf(out, "%s  %s\n", time.Now().Format(time.TimeOnly), line)
+			last = line
+		}
+	}
+}
+
+// copyFS writes the tree under root of fsys into dst.
+func copyFS(fsys fs.FS, root, dst string) error {
+	return fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+}

@@ -1,0 +1,244 @@
+// Command fleetwave is the hub, the agent and the command-line client of
+// fleetwave, a GitOps reconciler for fleet-wide rollouts.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/agent"
+	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/schema"
+)
+
+func main() { os.Exit(Main()) }
+
+// Main runs the command line with the process's arguments and returns the exit code.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+}
+
+// exitError carries an exit code without printing anything more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// usageError is a command-line mistake; it prints a "Try:" hint.
+type usageError struct{ msg, hint string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var ee exitError
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "fleetwave: %s\nTry: %s\n", ue.msg, ue.hint)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "fleetwave: %v\n", err)
+		return 1
+	}
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "fleetwave",
+		Short:         "GitOps reconciler for fleet-wide rollouts",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	var logLevel string
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log level: debug, info, warn, error (default info; warn for demo)")
+	newLogger := func(def zerolog.Level, console bool) zerolog.Logger {
+		lvl := def
+		if logLevel != "" {
+			if l, err := zerolog.ParseLevel(logLevel); err == nil {
+				lvl = l
+			}
+		}
+		var w io.Writer = stderr
+		if console {
+			w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+		}
+		return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	}
+	root.AddCommand(
+		versionCmd(stdout),
+		validateCmd(stdout),
+		initCmd(stdout),
+		serveCmd(newLogger),
+		agentCmd(newLogger),
+		demoCmd(stdout, newLogger),
+	)
+	return root
+}
+
+func versionCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the fleetwave version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintf(stdout, "fleetwave %s\n", fleetwave.Version)
+			return nil
+		},
+	}
+}
+
+func validateCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate [DIR]",
+		Short: "Validate a config repository tree; prints file:line:col: message lines and exits 1 on errors",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "."
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			v, err := schema.New()
+			if err != nil {
+				return err
+			}
+			snap, err := v.LoadDir(dir)
+			var verr *fleetwave.ValidationError
+			if errors.As(err, &verr) {
+				for _, fe := range verr.Errors {
+					fmt.Fprintln(stdout, fe.Error())
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d error(s)\n", len(verr.Errors))
+				return exitError{1}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "ok: %d objects (%d nodes, %d triggers, %d blocks)\n",
+				len(snap.Objects), len(snap.Nodes), len(snap.Triggers), len(snap.Blocks))
+			return nil
+		},
+	}
+}
+
+func initCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "init DIR",
+		Short: "Scaffold a config repository: git init, vendored schema, fleetwave.cue, the system BRC, an example block and node",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if err := schema.Scaffold(dir); err != nil {
+				return err
+			}
+			author := gitsync.CommitInfo{Author: envOr("GIT_AUTHOR_NAME", "fleetwave init"), Email: envOr("GIT_AUTHOR_EMAIL", "init@fleetwave.invalid")}
+			commit, err := gitsync.InitWorktree(dir, "Scaffold fleetwave config repository", author)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "initialized %s (commit %s)\nnext: fleetwave validate %s, then push it to the remote your hub follows\n", dir, commit[:12], dir)
+			return nil
+		},
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func serveCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command {
+	var configPath, redisMode, listen string
+	cmd := &cobra.Command{
+		Use:   "serve --config hub.yaml",
+		Short: "Run the hub: follow the config repository and drive the fleet",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configPath == "" {
+				return usageError{"serve needs --config", "fleetwave serve --config hub.yaml"}
+			}
+			cfg, err := hub.LoadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			if redisMode != "" {
+				cfg.Redis = redisMode
+			}
+			if listen != "" {
+				cfg.Listen = listen
+			}
+			log := newLogger(zerolog.InfoLevel, false)
+			h, err := hub.New(cmd.Context(), cfg, hub.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			return h.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "hub configuration file")
+	cmd.Flags().StringVar(&redisMode, "redis", "", "redis: managed (default), embedded, or a redis:// URL")
+	cmd.Flags().StringVar(&listen, "listen", "", "listen address (overrides the config)")
+	return cmd
+}
+
+func agentCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command {
+	var cfg agent.Config
+	var tokenFile string
+	var addrs []string
+	cmd := &cobra.Command{
+		Use:   "agent --hub URL --node ID --token-file F --state-dir D",
+		Short: "Run one node's agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.HubURL == "" || cfg.Node == "" || tokenFile == "" || cfg.StateDir == "" {
+				return usageError{"agent needs --hub, --node, --token-file and --state-dir", "fleetwave agent --hub http://127.0.0.1:8080 --node edge-01 --token-file token --state-dir state"}
+			}
+			token, err := agent.ReadTokenFile(tokenFile)
+			if err != nil {
+				return err
+			}
+			cfg.Token = token
+			cfg.DataAddresses = map[string]string{}
+			for _, a := range addrs {
+				k, v, ok := strings.Cut(a, "=")
+				if !ok {
+					return usageError{"--address wants name=value", "--address data=10.0.0.5:9000"}
+				}
+				cfg.DataAddresses[k] = v
+			}
+			cfg.Logger = newLogger(zerolog.InfoLevel, false).With().Str("node", cfg.Node).Logger()
+			return agent.Run(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().StringVar(&cfg.HubURL, "hub", "", "hub URL")
+	cmd.Flags().StringVar(&cfg.Node, "node", "", "node id")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding this node's bearer token")
+	cmd.Flags().StringVar(&cfg.StateDir, "state-dir", "", "directory for the agent's state and block instances")
+	cmd.Flags().StringSliceVar(&cfg.Capabilities, "capability", nil, "capability this node advertises (repeatable)")
+	cmd.Flags().StringSliceVar(&addrs, "address", nil, "data address name=value (repeatable)")
+	return cmd
+}
