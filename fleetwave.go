@@ -151,6 +151,8 @@ type Block struct {
 // Window is a named maintenance window: it opens at each cron tick (in its
 // time zone) and stays open for Duration.
 type Window struct {
+	// Name is the window's key in the config's maintenance_windows.
+	Name         string        `json:"name,omitempty"`
 	Cron         string        `json:"cron"`
 	DurationText string        `json:"duration"`
 	Duration     time.Duration `json:"-"`

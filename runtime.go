@@ -123,6 +123,16 @@ type ItemSpec struct {
 	DesiredState  DesiredState `json:"desired_state,omitempty"`
 	ManagedBy     string       `json:"managed_by,omitempty"` // lane
 	Criticality   Criticality  `json:"criticality,omitempty"`
+	// Windows are the maintenance windows the instance's node is bound by
+	// (node, workspace, organization and the trigger's named window); the
+	// item waits for one of them to be open. Empty = always open.
+	Windows []Window `json:"windows,omitempty"`
+	// BypassWindows dispatches regardless of windows (manual and approval
+	// sources, bypass_maintenance_window).
+	BypassWindows bool `json:"bypass_windows,omitempty"`
+	// SkipReason creates the item directly as skipped with this reason
+	// (e.g. cli_managed), so the conflict is visible and counted.
+	SkipReason string `json:"skip_reason,omitempty"`
 	// Payload is what the agent needs to run the action (command, config);
 	// it never appears in status files, logs or API answers other than the
 	// agent's own attempt endpoint.
