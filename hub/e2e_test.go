@@ -16,6 +16,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/agent"
 	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/internal/testutil/browser"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
@@ -124,6 +125,15 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			if strings.Contains(doc, "node: n1\n    version") || strings.Contains(doc, "command:") {
 				t.Fatalf("status leaks payloads:\n%s", doc)
 			}
+			// The console, in a real browser, shows the same counters.
+			if b.name == "real redis-server" {
+				dom := browser.DumpDOM(t, "http://"+f.hub.Addr()+"/", 3*time.Second)
+				for _, want := range []string{`id="count-total">3<`, `id="count-done">3<`, `id="count-failed">0<`, "web-g1"} {
+					if !strings.Contains(dom, want) {
+						t.Fatalf("console lacks %s:\n%s", want, dom)
+					}
+				}
+			}
 			good := f.hub.Snapshot().Commit
 			if g := f.hub.Snapshot().Generation("trigger/web"); g != 1 {
 				t.Fatalf("generation of trigger/web = %d, want 1", g)
@@ -139,6 +149,12 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			}
 			if snap := f.hub.Snapshot(); snap.Commit != good || snap.Generation("trigger/web") != 1 {
 				t.Fatalf("snapshot in force = %s gen %d, want the last good %s gen 1", snap.Commit, snap.Generation("trigger/web"), good)
+			}
+			if b.name == "real redis-server" {
+				dom := browser.DumpDOM(t, "http://"+f.hub.Addr()+"/", 3*time.Second)
+				if !strings.Contains(dom, "nodes/n4.cue:3:") || !strings.Contains(dom, "rejected") {
+					t.Fatalf("console does not show the rejected commit's error:\n%s", dom)
+				}
 			}
 			// The rejected commit created no work.
 			if s, _ := f.hub.Summary(context.Background()); s.Counters.Total != 3 {

@@ -99,3 +99,35 @@ func TestValidateExamplesAndBrokenCopy(t *testing.T) {
 		t.Fatalf("validate broken copy: exit %d, output:\n%s", code, out.String())
 	}
 }
+
+func TestInitScaffoldsARepositoryThatValidates(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	dir := filepath.Join(t.TempDir(), "config")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"init", dir}, &out, &errb); code != 0 {
+		t.Fatalf("init: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"validate", dir}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "ok:") {
+		t.Fatalf("validate after init: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if st := gitOut(t, "-C", dir, "status", "--porcelain"); st != "" {
+		t.Fatalf("init left a dirty work tree:\n%s", st)
+	}
+	for _, f := range []string{"fleetwave.cue", "cue.mod/module.cue", "README.md"} {
+		if !strings.Contains(gitOut(t, "-C", dir, "ls-files"), f) {
+			t.Errorf("init did not commit %s", f)
+		}
+	}
+	if code := run(context.Background(), []string{"init", dir}, &out, &errb); code == 0 {
+		t.Fatal("a second init over an existing repository succeeded")
+	}
+}
+
+func TestServeRequiresAConfigAndRunsFromOne(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"serve"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "Try:") {
+		t.Fatalf("serve without --config: exit %d, stderr %q", code, errb.String())
+	}
+}
