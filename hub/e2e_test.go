@@ -134,6 +134,11 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 					}
 				}
 			}
+			// `fleetwave plan` on a pull-request branch reads the committed
+			// status: only the version bump is planned, in 3 waves.
+			if b.name == "real redis-server" {
+				checkPlan(t, remote)
+			}
 			good := f.hub.Snapshot().Commit
 			if g := f.hub.Snapshot().Generation("trigger/web"); g != 1 {
 				t.Fatalf("generation of trigger/web = %d, want 1", g)
@@ -247,5 +252,41 @@ func waitFile(t *testing.T, remote, path string, ok func(string) bool) string {
 			t.Fatalf("%s on the remote never matched; last:\n%s\nlog: %v", path, s, gittest.Log(t, remote))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func checkPlan(t *testing.T, remote string) {
+	t.Helper()
+	work := filepath.Join(t.TempDir(), "work")
+	gittest.Git(t, "", "clone", "-q", remote, work)
+	gittest.Git(t, work, "checkout", "-q", "-b", "bump")
+	if err := os.WriteFile(filepath.Join(work, "brc", "web.cue"), []byte(strings.Replace(webBRC, `"1.0.0"`, `"1.1.0"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, work, "commit", "-q", "-am", "web 1.1.0")
+	rep, err := hub.Plan(context.Background(), work, "main", "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Objects) != 1 || rep.Objects[0].Key != "trigger/web" || rep.Objects[0].From != 1 || rep.Objects[0].To != 2 {
+		t.Fatalf("plan objects = %+v, want trigger/web 1 -> 2", rep.Objects)
+	}
+	if len(rep.Rollouts) != 1 || len(rep.Rollouts[0].Lanes) != 1 || len(rep.Rollouts[0].Lanes[0].Waves) != 3 {
+		t.Fatalf("plan rollouts = %+v, want one rollout in 3 waves", rep.Rollouts)
+	}
+	var sb strings.Builder
+	rep.WriteText(&sb, true)
+	for _, want := range []string{"`trigger/web`", "generation 1 -> 2", "lane web wave 1: upgrade web@n2 -> 1.1.0 config ", "wave 3: upgrade web@n1"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Fatalf("plan markdown lacks %q:\n%s", want, sb.String())
+		}
+	}
+	if strings.Contains(sb.String(), "version: 1.1.0") {
+		t.Fatalf("plan leaks a rendered config:\n%s", sb.String())
+	}
+	// No change at all says so.
+	same, err := hub.Plan(context.Background(), work, "main", "HEAD", "HEAD", time.Now())
+	if err != nil || !same.NoChanges() {
+		t.Fatalf("plan HEAD..HEAD = %+v (%v), want no changes", same, err)
 	}
 }

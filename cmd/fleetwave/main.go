@@ -89,6 +89,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(
 		versionCmd(stdout),
 		validateCmd(stdout),
+		planCmd(stdout),
 		initCmd(stdout),
 		serveCmd(newLogger),
 		agentCmd(newLogger),

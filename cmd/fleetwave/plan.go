@@ -1,0 +1,74 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fleetwave/fleetwave/hub"
+)
+
+func planCmd(stdout io.Writer) *cobra.Command {
+	var base, head, branch, format, output string
+	cmd := &cobra.Command{
+		Use:   "plan [--base REV] [--head REV] [DIR]",
+		Short: "Show what a change would do: objects whose generation grows, items by rollout, lane and wave",
+		Long: `plan compares two revisions of a config repository (default: the merge base of HEAD
+with the tracked branch, and HEAD) and prints what the hub would do: the objects whose
+generation grows, which block instances get which action on which nodes, rendered-config
+hashes (never values) and waves by lane. Observations come from the status/ files the hub
+committed. Exit 0 ("no changes" when nothing would happen), 1 when the head is invalid.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "."
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			if format != "text" && format != "markdown" {
+				return usageError{"--format must be text or markdown", "fleetwave plan --format markdown"}
+			}
+			rep, err := hub.Plan(cmd.Context(), dir, branch, base, head, time.Now())
+			if err != nil {
+				return err
+			}
+			switch output {
+			case "json":
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			case "yaml":
+				data, err := json.Marshal(rep)
+				if err != nil {
+					return err
+				}
+				var generic any
+				_ = json.Unmarshal(data, &generic)
+				out, err := yaml.Marshal(generic)
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(stdout, string(out))
+			case "table", "":
+				rep.WriteText(stdout, format == "markdown")
+			default:
+				return usageError{"--output must be table, json or yaml", "fleetwave plan --output json"}
+			}
+			if len(rep.Errors) > 0 {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&base, "base", "", "base revision (default: merge base of HEAD with the tracked branch)")
+	cmd.Flags().StringVar(&head, "head", "", "head revision (default: HEAD)")
+	cmd.Flags().StringVar(&branch, "branch", "main", "the tracked branch")
+	cmd.Flags().StringVar(&format, "format", "text", "text or markdown (for a pull-request comment)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
+	return cmd
+}
