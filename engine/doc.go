@@ -31,8 +31,11 @@
 //	rollouts, active       zsets of rollout ids by creation sequence
 //	r:<id>                 hash: status, reason, source, limits, wave, c_* counters
 //	r:<id>:items           list of item ids in dispatch order
-//	r:<id>:pending         zset of pending item ids by position
-//	r:<id>:inflight        set of in_progress, retrying and ambiguous items
+//	r:<id>:lanes           hash lane (managed_by) -> the lane's current wave
+//	r:<id>:p:<lane>        zset of the lane's pending item ids by position
+//	r:<id>:f:<lane>        set of the lane's in_progress, retrying and ambiguous items
+//	r:<id>:history         list of operator actions (JSON: action, actor, at, from, to)
+//	wsets                  hash window set id -> its windows (JSON; content-addressed)
 //	i:<item>               hash: the item (no payload)
 //	ip:<item>              the item's attempt payload (command, rendered config)
 //	a:<attempt>            hash: the attempt, with its payload until it ends
@@ -55,13 +58,39 @@
 //	                       -> failed                       (transient, retries exhausted)
 //	                       -> blocked                      (permanent)
 //	                       -> ambiguous -> completed | pending | blocked (one-shot)
-//	pending -> skipped                                      (superseded)
+//	pending -> skipped                                      (superseded, cancelled)
+//	(created) skipped                                       (ItemSpec.SkipReason)
 //
 // At most one item per block instance is active (pending, in_progress,
 // retrying, ambiguous); CreateRollout enforces it (see its doc). The counters
 // of a rollout and of the fleet are kept by the same script that changes an
 // item's status (the old bucket is decremented, the new one incremented), so
 // Total = Done + InProgress + Pending + Failed + Skipped always holds.
+//
+// # Lanes, windows and reasons
+//
+// An item's lane is its managed_by. Lanes never wait for each other: each
+// has its own current wave, and max_concurrent bounds each lane's items in
+// flight. Item.Wave is the wave within the item's lane; Rollout.Wave the
+// highest lane wave. The failure threshold is the rollout's: once exceeded
+// it halts every lane.
+//
+// An item with maintenance windows (and no bypass) is dispatched only while
+// one of them is open. CreateRollout stores each distinct window set once
+// (id = hash of its windows); Step computes in Go, from the clock, whether
+// each set is open and when it next opens (robfig/cron, 5 fields, in the
+// window's time zone; open at T when a tick lies in (T-duration, T]) and
+// passes that to the step script. A running attempt is never interrupted;
+// a retry waits for a window too.
+//
+// Why a pending item is not dispatched is in Item.Reason, written when Step
+// looks at the item (only when it changed): "wave_gate" (set at creation:
+// waits for a later wave of its lane), "lane_full" (next in line: its
+// lane's current wave holds max_concurrent items), "maintenance_window"
+// with Item.RetryAfter = the next opening (zero when unknown); retrying
+// items carry "backoff" with RetryAfter = the retry time. A halted rollout
+// carries "failure_threshold", a paused one "paused", a cancelled one
+// "cancelled" (SetRolloutState).
 //
 // # Waves: how the next one is chosen and what counts as done
 //
@@ -72,15 +101,16 @@
 // attempt is made until a full report sent after the dispatch shows whether
 // the target is in effect. Retrying items whose retry_after passed get a new
 // attempt within their wave. Then, for every active rollout in creation
-// order: the current wave is done when none of the rollout's items is in
-// flight (in_progress, retrying, ambiguous). Only then does the rollout
-// complete (no pending item left: every item is terminal), halt (blocked,
-// reason failure_threshold, when failed items exceed
-// failure_threshold_percent of the total), or start its next wave: the
-// first max_concurrent pending items in dispatch order (the caller's
-// priority order; an item made pending again keeps its position) get an
-// attempt each. A rollout therefore never has more than max_concurrent items
-// in flight. An item counts as done when its agent reports success, or when
+// order: the rollout completes when nothing is pending or in flight (every
+// item is terminal); otherwise, per lane, the current wave is done when
+// none of the lane's items is in flight (in_progress, retrying, ambiguous).
+// Only then does the rollout halt (blocked, reason failure_threshold, when
+// failed items since the last resume exceed failure_threshold_percent of
+// the items not finished at that resume) or the lane start its next wave:
+// the first max_concurrent pending items in dispatch order (the caller's
+// priority order; an item made pending again keeps its position) whose
+// window is open get an attempt each. A lane therefore never has more than
+// max_concurrent items in flight. An item counts as done when its agent reports success, or when
 // a later full report shows its instance at the item's generation and
 // config hash.
 package engine

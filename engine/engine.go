@@ -34,6 +34,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrInvalidResult: the result class is not success, transient or permanent.
 	ErrInvalidResult = errors.New("invalid result class")
+	// ErrInvalidState: the rollout cannot take that action in its state
+	// (e.g. resume a completed rollout), or the action is unknown.
+	ErrInvalidState = errors.New("invalid rollout state change")
 )
 
 // Defaults of the options.
@@ -112,6 +115,9 @@ type Engine struct {
 	mu  sync.Mutex // guards rnd
 	rnd *rand.Rand
 
+	wmu   sync.Mutex            // guards wsets
+	wsets map[string]*windowSet // parsed window sets by id
+
 	scripts map[string]*redis.Script
 }
 
@@ -120,7 +126,7 @@ var luaFS embed.FS
 
 // scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua).
 var scriptNames = []string{
-	"campaign", "renew", "resign", "create_rollout", "step", "poll", "complete", "report",
+	"campaign", "renew", "resign", "create_rollout", "step", "poll", "complete", "report", "set_state",
 }
 
 // New returns an engine on rdb. Call Load before the first use.
@@ -154,6 +160,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		keys:    []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
 		rnd:     o.rnd,
 		scripts: map[string]*redis.Script{},
+		wsets:   map[string]*windowSet{},
 	}
 	lib, err := luaFS.ReadFile("lua/lib.lua")
 	if err != nil {

@@ -198,16 +198,27 @@ func (h *harness) check() {
 		}
 		_, items := h.rollout(r.ID)
 		var recount fleetwave.Counters
-		inFlight := 0
-		pending := h.zset("r:" + r.ID + ":pending")
-		inflightSet := h.set("r:" + r.ID + ":inflight")
+		inFlight := map[string]int{} // per lane
+		lanes, err := h.rdb.HKeys(ctx, h.e.key("r", r.ID, "lanes")).Result()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		pending, inflightSet := map[string]bool{}, map[string]bool{}
+		for _, lane := range lanes {
+			for id := range h.zset("r:" + r.ID + ":p:" + lane) {
+				pending[id] = true
+			}
+			for id := range h.set("r:" + r.ID + ":f:" + lane) {
+				inflightSet[id] = true
+			}
+		}
 		for _, it := range items {
 			recount.Add(it.Status, 1)
 			h.seen[it.Status] = true
 			fleet.Add(it.Status, 1)
 			switch it.Status {
 			case fleetwave.ItemInProgress, fleetwave.ItemRetrying, fleetwave.ItemAmbiguous:
-				inFlight++
+				inFlight[it.ManagedBy]++
 			}
 			if it.Status.Active() {
 				k := fleetwave.InstanceKey{Node: it.Node, Block: it.Block}
@@ -229,15 +240,19 @@ func (h *harness) check() {
 			if it.Status == fleetwave.ItemInProgress && !deadlines[it.LastAttempt] {
 				h.t.Fatalf("item %s is in progress but attempt %s has no deadline", it.ID, it.LastAttempt)
 			}
-			if (it.Status == fleetwave.ItemRetrying) != retry[it.ID] {
+			// a paused rollout holds its retries out of the retry set
+			held := it.Status == fleetwave.ItemRetrying && r.Status == fleetwave.RolloutPaused
+			if !held && (it.Status == fleetwave.ItemRetrying) != retry[it.ID] {
 				h.t.Fatalf("item %s is %s but in retry set = %v", it.ID, it.Status, retry[it.ID])
 			}
 		}
 		if recount != r.Counters {
 			h.t.Fatalf("rollout %s counters %+v, items say %+v", r.ID, r.Counters, recount)
 		}
-		if inFlight > r.MaxConcurrent {
-			h.t.Fatalf("rollout %s has %d items in flight, max_concurrent %d", r.ID, inFlight, r.MaxConcurrent)
+		for lane, n := range inFlight {
+			if n > max(r.MaxConcurrent, 1) {
+				h.t.Fatalf("rollout %s lane %q has %d items in flight, max_concurrent %d", r.ID, lane, n, r.MaxConcurrent)
+			}
 		}
 		if r.Status == fleetwave.RolloutCompleted && (recount.Pending+recount.InProgress) != 0 {
 			h.t.Fatalf("rollout %s completed with active items: %+v", r.ID, recount)
@@ -300,3 +315,5 @@ func mustErr(t *testing.T, err, want error) {
 		t.Fatalf("error = %v, want %v", err, want)
 	}
 }
+
+func errorsIs(err, want error) bool { return errors.Is(err, want) }

@@ -10,7 +10,7 @@ import (
 )
 
 // itemFields is the number of script arguments per item of CreateRollout.
-const itemFields = 12
+const itemFields = 14
 
 // CreateRollout records a rollout and its items in one atomic script, under
 // fence. Items are dispatched in the order given (the caller sorts them by
@@ -35,10 +35,10 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 	if err != nil {
 		return "", nil, fmt.Errorf("encode rollout source: %w", err)
 	}
-	args := make([]any, 0, 8+itemFields*len(spec.Items))
-	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
-		strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64), spec.MaxRetries,
-		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items), max(spec.ObservedAt.UnixMilli(), 0))
+	type wset struct{ id, def string }
+	var sets []wset
+	seen := map[string]bool{}
+	itemArgs := make([]any, 0, itemFields*len(spec.Items))
 	for _, it := range spec.Items {
 		payload, err := json.Marshal(it.Payload)
 		if err != nil {
@@ -48,10 +48,31 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 		if it.Payload.OneShot {
 			oneShot = "1"
 		}
-		args = append(args, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
+		wsID := ""
+		if it.SkipReason == "" {
+			id, def, err := windowSetOf(it)
+			if err != nil {
+				return "", nil, fmt.Errorf("item %s: %w", it.Instance(), err)
+			}
+			if id != "" && !seen[id] {
+				seen[id] = true
+				sets = append(sets, wset{id, def})
+			}
+			wsID = id
+		}
+		itemArgs = append(itemArgs, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
 			it.ConfigHash, string(it.DesiredState), it.ManagedBy, string(it.Criticality),
-			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload))
+			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, it.SkipReason)
 	}
+	args := make([]any, 0, 10+2*len(sets)+len(itemArgs))
+	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
+		strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64), spec.MaxRetries,
+		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items), max(spec.ObservedAt.UnixMilli(), 0),
+		len(sets))
+	for _, ws := range sets {
+		args = append(args, ws.id, ws.def)
+	}
+	args = append(args, itemArgs...)
 	status, rest, err := e.run(ctx, "create_rollout", fenceArg(fence), e.nowMS(), args...)
 	if err != nil {
 		return "", nil, err
@@ -92,12 +113,18 @@ type StepResult struct {
 // Step is re-entrant: calling it again with nothing due changes nothing.
 // ErrStaleFence when fence is not the current leader's.
 func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
+	now := e.clock.Now()
 	args := []any{e.grace.Milliseconds(), e.base.Milliseconds(), e.max.Milliseconds(),
-		DefaultActionTimeout.Milliseconds(), batchLimit}
+		DefaultActionTimeout.Milliseconds(), batchLimit, jitterCount}
 	for range jitterCount {
 		args = append(args, strconv.FormatFloat(e.jitter(), 'f', 6, 64))
 	}
-	status, rest, err := e.run(ctx, "step", fenceArg(fence), e.nowMS(), args...)
+	wargs, err := e.windowArgs(ctx, now)
+	if err != nil {
+		return StepResult{}, err
+	}
+	args = append(args, wargs...)
+	status, rest, err := e.run(ctx, "step", fenceArg(fence), now.UnixMilli(), args...)
 	if err != nil {
 		return StepResult{}, err
 	}

@@ -1,16 +1,24 @@
 -- create_rollout: ARGV[4] base id, [5] source json, [6] max_concurrent,
 -- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
 -- [10] source user, [11] item count, [12] observed_at ms (0 = unknown),
--- then 12 fields per item:
+-- [13] window set count k, then k pairs (window set id, definition json),
+-- then 14 fields per item:
 -- node, block, action, generation, target_version, config_hash,
--- desired_state, managed_by, criticality, one_shot, timeout_ms, payload.
+-- desired_state, managed_by, criticality, one_shot, timeout_ms, payload,
+-- window set id ('' = always open), skip reason ('' = none).
 -- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
 if not check_fence() then
   return { 'stale_fence' }
 end
-local NF = 12
+local NF = 14
 local n = tonumber(ARGV[11])
 local observed_at = tonumber(ARGV[12]) or 0
+local nws = tonumber(ARGV[13])
+for i = 0, nws - 1 do
+  -- content-addressed: the same id always holds the same definition
+  redis.call('HSETNX', P .. 'wsets', ARGV[14 + 2 * i], ARGV[15 + 2 * i])
+end
+local HEAD = 13 + 2 * nws
 local rid = nil
 local pos = 0
 local out = { 'ok', '' }
@@ -43,14 +51,33 @@ local function open_rollout()
 end
 
 for i = 0, n - 1 do
-  local b = 12 + i * NF
+  local b = HEAD + i * NF
   local node, block = ARGV[b + 1], ARGV[b + 2]
   local gen = tonumber(ARGV[b + 4])
   local hash = ARGV[b + 6]
+  local lane = ARGV[b + 8]
+  local skip = ARGV[b + 14]
   local ik = k_inst(node, block)
   local inst = hgetall(ik)
   local create = true
-  if inst.active then
+  if skip ~= '' then
+    -- a skipped item never occupies the instance; the same skip of the
+    -- same generation and config is recorded once
+    if (inst.skip_reason or '') == skip and num(inst.skip_gen) == gen
+        and (inst.skip_hash or '') == hash then
+      create = false
+    elseif inst.active then
+      local cur = hgetall(k_i(inst.active))
+      if not cur.status or not ACTIVE[cur.status] then
+        redis.call('HDEL', ik, 'active')
+      elseif num(cur.generation) >= gen then
+        create = false -- already covered by a newer plan
+      elseif cur.status == 'pending' then
+        finish(cur, 'skipped', 'superseded')
+        changed = true
+      end
+    end
+  elseif inst.active then
     local cur = hgetall(k_i(inst.active))
     if not cur.status or not ACTIVE[cur.status] then
       redis.call('HDEL', ik, 'active') -- dangling pointer: heal
@@ -77,24 +104,37 @@ for i = 0, n - 1 do
     end
     pos = pos + 1
     local id = rid .. '.' .. pos
+    local status, reason, done_at = 'pending', 'wave_gate', 0
+    if skip ~= '' then
+      status, reason, done_at = 'skipped', skip, NOW
+    end
     redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
       'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
       'target_version', ARGV[b + 5], 'config_hash', hash, 'desired_state', ARGV[b + 7],
-      'managed_by', ARGV[b + 8], 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10],
-      'timeout_ms', ARGV[b + 11], 'status', 'pending', 'reason', '',
+      'managed_by', lane, 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10],
+      'timeout_ms', ARGV[b + 11], 'wset', ARGV[b + 13], 'status', status, 'reason', reason,
       'source', ARGV[9], 'source_user', ARGV[10], 'wave', '0', 'retry_count', '0',
-      'retry_after', '0', 'dispatched_at', '0', 'completed_at', '0', 'attempts', '0',
+      'retry_after', '0', 'dispatched_at', '0', 'completed_at', int(done_at), 'attempts', '0',
       'last_attempt', '', 'last_class', '', 'created_at', int(NOW), 'updated_at', int(NOW))
-    redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
     redis.call('RPUSH', k_r(rid) .. ':items', id)
-    redis.call('ZADD', k_r(rid) .. ':pending', int(pos), id)
-    redis.call('HSET', ik, 'active', id)
+    redis.call('HSETNX', k_lanes(rid), lane, '0')
+    if skip ~= '' then
+      redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', ARGV[b + 4], 'skip_hash', hash)
+    else
+      redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
+      redis.call('ZADD', k_lp(rid, lane), int(pos), id)
+      redis.call('HSET', ik, 'active', id)
+      redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
+    end
     redis.call('HINCRBY', k_r(rid), 'c_total', 1)
     redis.call('HINCRBY', KEYS[4], 'total', 1)
-    count(rid, 'pending', 1)
+    count(rid, status, 1)
     out[#out + 1] = id
     changed = true
   end
+end
+if rid then
+  maybe_complete(rid) -- every item skipped: nothing to wait for
 end
 if changed then
   bump()

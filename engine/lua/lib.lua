@@ -58,6 +58,10 @@ local function k_r(rid) return P .. 'r:' .. rid end
 local function k_i(id) return P .. 'i:' .. id end
 local function k_a(aid) return P .. 'a:' .. aid end
 local function k_inst(node, block) return P .. 'inst:' .. node .. ':' .. block end
+-- lanes: an item's lane is its managed_by ('' = the default lane)
+local function k_lanes(rid) return P .. 'r:' .. rid .. ':lanes' end
+local function k_lp(rid, lane) return P .. 'r:' .. rid .. ':p:' .. (lane or '') end
+local function k_lf(rid, lane) return P .. 'r:' .. rid .. ':f:' .. (lane or '') end
 
 local function count(rid, status, delta)
   local b = BUCKET[status]
@@ -94,8 +98,8 @@ end
 local function finish(it, status, reason)
   set_status(it, status, reason)
   redis.call('HSET', k_i(it.id), 'completed_at', int(NOW), 'retry_after', '0')
-  redis.call('SREM', k_r(it.rollout) .. ':inflight', it.id)
-  redis.call('ZREM', k_r(it.rollout) .. ':pending', it.id)
+  redis.call('SREM', k_lf(it.rollout, it.managed_by), it.id)
+  redis.call('ZREM', k_lp(it.rollout, it.managed_by), it.id)
   redis.call('ZREM', P .. 'retry', it.id)
   redis.call('SREM', P .. 'amb:' .. it.node, it.id)
   local ik = k_inst(it.node, it.block)
@@ -105,6 +109,13 @@ local function finish(it, status, reason)
   redis.call('HSET', ik, 'last_item', it.id, 'last_status', status,
     'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW))
   return maybe_complete(it.rollout)
+end
+
+-- lanes_of returns the rollout's lane names, sorted.
+local function lanes_of(rid)
+  local names = redis.call('HKEYS', k_lanes(rid))
+  table.sort(names)
+  return names
 end
 
 -- transient handles a transient failure: retrying with exponential backoff

@@ -58,11 +58,13 @@ for _, id in ipairs(amb) do
         completed = completed + finish(it, 'completed', '')
       elseif it.one_shot == '1' then
         completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
+      elseif redis.call('HGET', k_r(it.rollout), 'status') == 'cancelled' then
+        completed = completed + finish(it, 'skipped', 'cancelled')
       else
         set_status(it, 'pending', '')
         redis.call('SREM', P .. 'amb:' .. node, id)
-        redis.call('SREM', k_r(it.rollout) .. ':inflight', id)
-        redis.call('ZADD', k_r(it.rollout) .. ':pending', it.pos, id)
+        redis.call('SREM', k_lf(it.rollout, it.managed_by), id)
+        redis.call('ZADD', k_lp(it.rollout, it.managed_by), it.pos, id)
       end
     end
   end

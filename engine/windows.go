@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// ErrInvalidWindow: a maintenance window's cron expression, duration or
+// time zone cannot be used.
+var ErrInvalidWindow = errors.New("invalid maintenance window")
+
+// cronParser parses strict 5-field expressions (and @descriptors).
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// windowDef is one window as stored in a window set (the name is left out:
+// two windows with the same schedule are the same window).
+type windowDef struct {
+	Cron       string `json:"cron"`
+	DurationMS int64  `json:"duration_ms"`
+	Timezone   string `json:"tz,omitempty"`
+}
+
+// windowSet is the parsed form of a stored window set.
+type windowSet struct {
+	windows []parsedWindow
+}
+
+type parsedWindow struct {
+	sched cron.Schedule
+	dur   time.Duration
+	loc   *time.Location
+}
+
+// windowSetOf returns the id and stored definition of the window set of an
+// item: "" when the item is not bound by windows (none, or bypassed). The
+// id is content-addressed, so every item with the same windows shares one
+// set and Step computes it once.
+func windowSetOf(it fleetwave.ItemSpec) (id, def string, err error) {
+	if it.BypassWindows || len(it.Windows) == 0 {
+		return "", "", nil
+	}
+	defs := make([]windowDef, 0, len(it.Windows))
+	for _, w := range it.Windows {
+		d := w.Duration
+		if d == 0 && w.DurationText != "" {
+			if d, err = time.ParseDuration(w.DurationText); err != nil {
+				return "", "", fmt.Errorf("window %q: duration %q: %w", w.Name, w.DurationText, ErrInvalidWindow)
+			}
+		}
+		if d <= 0 {
+			return "", "", fmt.Errorf("window %q: duration must be positive: %w", w.Name, ErrInvalidWindow)
+		}
+		wd := windowDef{Cron: w.Cron, DurationMS: d.Milliseconds(), Timezone: w.Timezone}
+		if _, err := parseWindow(wd); err != nil {
+			return "", "", fmt.Errorf("window %q: %w", w.Name, err)
+		}
+		defs = append(defs, wd)
+	}
+	sort.Slice(defs, func(i, j int) bool {
+		a, b := defs[i], defs[j]
+		if a.Cron != b.Cron {
+			return a.Cron < b.Cron
+		}
+		if a.DurationMS != b.DurationMS {
+			return a.DurationMS < b.DurationMS
+		}
+		return a.Timezone < b.Timezone
+	})
+	raw, err := json.Marshal(defs)
+	if err != nil {
+		return "", "", fmt.Errorf("encode windows: %w", err)
+	}
+	sum := sha1.Sum(raw)
+	return hex.EncodeToString(sum[:8]), string(raw), nil
+}
+
+func parseWindow(wd windowDef) (parsedWindow, error) {
+	s, err := cronParser.Parse(wd.Cron)
+	if err != nil {
+		return parsedWindow{}, fmt.Errorf("cron %q: %v: %w", wd.Cron, err, ErrInvalidWindow)
+	}
+	loc := time.UTC
+	if wd.Timezone != "" {
+		if loc, err = time.LoadLocation(wd.Timezone); err != nil {
+			return parsedWindow{}, fmt.Errorf("time zone %q: %v: %w", wd.Timezone, err, ErrInvalidWindow)
+		}
+	}
+	return parsedWindow{sched: s, dur: time.Duration(wd.DurationMS) * time.Millisecond, loc: loc}, nil
+}
+
+func parseWindowSet(def string) (*windowSet, error) {
+	var defs []windowDef
+	if err := json.Unmarshal([]byte(def), &defs); err != nil {
+		return nil, fmt.Errorf("decode window set: %w", err)
+	}
+	ws := &windowSet{}
+	for _, wd := range defs {
+		pw, err := parseWindow(wd)
+		if err != nil {
+			return nil, err
+		}
+		ws.windows = append(ws.windows, pw)
+	}
+	return ws, nil
+}
+
+// state reports whether one of the set's windows is open at now, and else
+// when the next one opens (zero when none opens within cron's horizon).
+// A window opens at each tick T and is open during [T, T+duration): it is
+// open at now when the first tick after now-duration is not after now.
+func (ws *windowSet) state(now time.Time) (open bool, next time.Time) {
+	for _, w := range ws.windows {
+		t := w.sched.Next(now.Add(-w.dur).In(w.loc))
+		if t.IsZero() {
+			continue
+		}
+		if !t.After(now) {
+			return true, time.Time{}
+		}
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return false, next
+}
+
+// windowArgs reads the stored window sets and returns, for each, its id,
+// whether it is open at now and its next opening (ms, 0 = unknown), as
+// arguments of the step script. Parsed sets are cached (they never change).
+func (e *Engine) windowArgs(ctx context.Context, now time.Time) ([]any, error) {
+	defs, err := e.rdb.HGetAll(ctx, e.key("wsets")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read window sets: %w", err)
+	}
+	args := make([]any, 0, 1+3*len(defs))
+	args = append(args, len(defs))
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	for id, def := range defs {
+		ws, ok := e.wsets[id]
+		if !ok {
+			ws, err = parseWindowSet(def)
+			if err != nil {
+				// stored by CreateRollout after validation: cannot happen;
+				// the items stay closed rather than ignore their windows
+				e.log.Error().Err(err).Str("window_set", id).Msg("unusable window set")
+				ws = &windowSet{}
+			}
+			e.wsets[id] = ws
+		}
+		open, next := ws.state(now)
+		o := "0"
+		if open {
+			o = "1"
+		}
+		nextMS := int64(0)
+		if !next.IsZero() {
+			nextMS = next.UnixMilli()
+		}
+		args = append(args, id, o, nextMS)
+	}
+	return args, nil
+}
