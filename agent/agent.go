@@ -255,7 +255,8 @@ func (a *agent) handle(ctx context.Context, att fleetwave.Attempt) {
 		a.deliver(ctx, att.ID)
 		return
 	}
-	refusal := ""
+	now := time.Now().UTC()
+	refusal, class := "", fleetwave.ResultPermanent
 	switch {
 	case att.Node != a.cfg.Node:
 		refusal = "attempt is for another node"
@@ -263,11 +264,14 @@ func (a *agent) handle(ctx context.Context, att fleetwave.Attempt) {
 		refusal = "invalid block name"
 	case att.Fence < a.store.st.MaxFence:
 		refusal = "stale fencing token"
+	case !att.Deadline.IsZero() && !now.Before(att.Deadline):
+		// the hub may already count it lost; running it now could race a
+		// new attempt. Nothing ran, so the hub may retry it safely.
+		refusal, class = "deadline passed before start", fleetwave.ResultTransient
 	}
-	now := time.Now().UTC()
 	if refusal != "" {
 		a.store.record(att.ID, &journalEntry{Status: journalDone, Fence: att.Fence, StartedAt: now, DoneAt: now,
-			Result: &fleetwave.AttemptResult{AttemptID: att.ID, Fence: att.Fence, Class: fleetwave.ResultPermanent, ExitCode: -1, Output: refusal}})
+			Result: &fleetwave.AttemptResult{AttemptID: att.ID, Fence: att.Fence, Class: class, ExitCode: -1, Output: refusal}})
 		maxFence := a.store.st.MaxFence
 		err := a.store.save()
 		a.mu.Unlock()

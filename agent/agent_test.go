@@ -31,6 +31,10 @@ const (
 // testHub is an in-memory hub behind the real api handler: it queues
 // attempts and records what agents send.
 type testHub struct {
+	// api.Hub (nil) supplies the methods agents never call, so that the
+	// API can grow without breaking this fake; calling one panics.
+	api.Hub
+
 	mu        sync.Mutex
 	queue     []fleetwave.Attempt
 	kick      chan struct{}

@@ -135,6 +135,7 @@ func (a *agent) execute(ctx context.Context, att fleetwave.Attempt, log zerolog.
 			res.Output = appendNote(res.Output, "fleetwave: "+waitErr.Error())
 		}
 	}
+	res.Output = redact(res.Output, att.Payload.Config)
 	return res, false
 }
 

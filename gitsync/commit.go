@@ -29,7 +29,7 @@ const (
 // as one commit. Every path must be a clean relative path under status/; a
 // nil value deletes the file (or the whole directory at that path), any
 // other value, even empty, is the file's content. message is the full
-// commit message.
+// commit message (StatusMessage formats one with trailers).
 //
 // The commit is built with plumbing (no worktree), authored and committed
 // by the configured author at the clock's time. The push carries a lease on
@@ -39,48 +39,91 @@ const (
 // after the last attempt. It never force-pushes, so nobody's commit is lost.
 //
 // When the files change nothing (the tree equals the tip's), no commit is
-// made and the returned hash is "".
+// made and the returned hash is "". It is WriteStatus without the report.
 func (r *Repo) CommitStatus(ctx context.Context, files map[string][]byte, message string) (commit string, err error) {
+	res, err := r.WriteStatus(ctx, files, message)
+	return res.Commit, err
+}
+
+// StatusResult reports what WriteStatus did.
+type StatusResult struct {
+	// Commit is the pushed status commit, "" when nothing changed.
+	Commit string
+	// Attempts is how many times the commit was built and pushed.
+	Attempts int
+	// Overwritten lists the status/ paths someone else changed since the
+	// hub's previous status commit and that this commit set back: the
+	// hub is the only writer of status/. Files in the call get their new
+	// content; other changed paths get the content of the hub's previous
+	// commit (a file the person added is removed).
+	Overwritten []string
+}
+
+// ownCommitSearch bounds how far back WriteStatus looks for the hub's
+// previous status commit on the first-parent history.
+const ownCommitSearch = 64
+
+// WriteStatus is CommitStatus reporting what it did. Besides the files
+// given, it sets back every path under status/ that someone else changed
+// since the hub's previous status commit (the newest commit on the branch
+// authored and committed by the configured identity, among the last 64),
+// logs each at warn level ("human edit under status/ overwritten", field
+// "path") and lists them in Overwritten. A failed fetch or push (remote
+// down) returns the error and changes nothing; calling again with the
+// same files once the remote is back writes them.
+func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message string) (StatusResult, error) {
 	edits := make(map[string][]byte, len(files))
 	for p, data := range files {
 		if err := checkStatusPath(p); err != nil {
-			return "", err
+			return StatusResult{}, err
 		}
 		edits[p] = data
 	}
 	if len(edits) == 0 {
-		return "", nil
+		return StatusResult{}, nil
 	}
 	if strings.TrimSpace(message) == "" {
-		return "", errors.New("status commit message is empty")
+		return StatusResult{}, errors.New("status commit message is empty")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
-		return "", err
+		return StatusResult{}, err
 	}
 	branchRef := plumbing.NewBranchReferenceName(r.src.Branch)
 	for attempt := 1; ; attempt++ {
 		tip, err := r.fetch(ctx)
 		if err != nil {
-			return "", err
+			return StatusResult{}, err
 		}
 		tipCommit, err := r.repo.CommitObject(tip)
 		if err != nil {
-			return "", fmt.Errorf("tip %s: %w", tip, err)
+			return StatusResult{}, fmt.Errorf("tip %s: %w", tip, err)
 		}
-		tree, err := editTree(r.repo.Storer, tipCommit.TreeHash, edits)
+		all, foreign, err := r.restoreForeignEdits(ctx, tipCommit, edits)
 		if err != nil {
-			return "", fmt.Errorf("build status tree: %w", err)
+			return StatusResult{}, err
+		}
+		ov := newOverlay(r.repo.Storer)
+		tree, err := editTree(ov, tipCommit.TreeHash, all)
+		if err != nil {
+			return StatusResult{}, fmt.Errorf("build status tree: %w", err)
 		}
 		if tree == tipCommit.TreeHash {
 			r.opts.log.Debug().Str("commit", tip.String()).Msg("status unchanged: nothing to commit")
-			return "", nil
+			return StatusResult{Attempts: attempt}, nil
+		}
+		overwritten, err := r.overwritten(tipCommit.TreeHash, tree, foreign, ov)
+		if err != nil {
+			return StatusResult{}, err
 		}
 		sig := object.Signature{Name: r.opts.authorName, Email: r.opts.authorEmail, When: r.opts.clock.Now()}
-		h, err := writeCommit(r.repo.Storer, tree, []plumbing.Hash{tip}, sig, sig, message)
+		h, err := writeCommit(ov, tree, []plumbing.Hash{tip}, sig, sig, message)
 		if err != nil {
-			return "", fmt.Errorf("write status commit: %w", err)
+			return StatusResult{}, fmt.Errorf("write status commit: %w", err)
+		}
+		if err := ov.flush(); err != nil {
+			return StatusResult{}, fmt.Errorf("store status objects: %w", err)
 		}
 		if r.beforePush != nil {
 			r.beforePush(attempt)
@@ -92,27 +135,168 @@ func (r *Repo) CommitStatus(ctx context.Context, files map[string][]byte, messag
 		})
 		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
 			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), h)); err != nil {
-				return "", fmt.Errorf("update tracking ref: %w", err)
+				return StatusResult{}, fmt.Errorf("update tracking ref: %w", err)
 			}
-			r.opts.log.Info().Str("commit", h.String()).Str("parent", tip.String()).Int("files", len(edits)).Int("attempt", attempt).Msg("status pushed")
-			return h.String(), nil
+			for _, p := range overwritten {
+				r.opts.log.Warn().Str("path", p).Str("commit", h.String()).Msg("human edit under status/ overwritten")
+			}
+			r.opts.log.Info().Str("commit", h.String()).Str("parent", tip.String()).Int("files", len(all)).Int("attempt", attempt).Msg("status pushed")
+			return StatusResult{Commit: h.String(), Attempts: attempt, Overwritten: overwritten}, nil
 		}
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return StatusResult{}, ctx.Err()
 		}
 		if !isPushRace(err) {
-			return "", r.translate("push", err)
+			return StatusResult{}, r.translate("push", err)
 		}
 		if attempt >= r.opts.pushRetries {
-			return "", fmt.Errorf("%w: %d attempts, last: %v", ErrPushRaces, attempt, err)
+			return StatusResult{}, fmt.Errorf("%w: %d attempts, last: %v", ErrPushRaces, attempt, err)
 		}
 		wait := min(pushBackoffBase<<(attempt-1), pushBackoffMax)
 		r.opts.log.Warn().Err(err).Int("attempt", attempt).Dur("backoff", wait).Msg("status push raced, rebuilding on the new tip")
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return StatusResult{}, ctx.Err()
 		case <-r.opts.clock.After(wait):
 		}
+	}
+}
+
+// restoreForeignEdits finds the paths under status/ that differ between
+// the hub's previous status commit and tip, and returns edits extended to
+// set them back to the previous commit's content, plus those paths. The
+// caller holds mu.
+func (r *Repo) restoreForeignEdits(ctx context.Context, tip *object.Commit, edits map[string][]byte) (map[string][]byte, []string, error) {
+	own := r.lastOwnCommit(tip)
+	if own == nil || own.Hash == tip.Hash {
+		return edits, nil, nil
+	}
+	ownStatus, err := r.statusTree(own.TreeHash)
+	if err != nil {
+		return nil, nil, err
+	}
+	tipStatus, err := r.statusTree(tip.TreeHash)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ownStatus == tipStatus {
+		return edits, nil, nil
+	}
+	var changes []change
+	if err := r.diffTrees(ctx, ownStatus, tipStatus, StatusDir+"/", false, &changes); err != nil {
+		return nil, nil, err
+	}
+	all := edits
+	paths := make([]string, 0, len(changes))
+	for _, ch := range changes {
+		paths = append(paths, ch.path)
+		if _, given := edits[ch.path]; given || checkStatusPath(ch.path) != nil {
+			continue
+		}
+		if len(all) == len(edits) {
+			all = make(map[string][]byte, len(edits)+len(changes))
+			for p, d := range edits {
+				all[p] = d
+			}
+		}
+		if ch.from.Hash.IsZero() || !regular(ch.from.Mode) {
+			all[ch.path] = nil
+			continue
+		}
+		data, err := readBlob(r, ch.from.Hash)
+		if err != nil {
+			return nil, nil, fmt.Errorf("previous status %s: %w", ch.path, err)
+		}
+		all[ch.path] = data
+	}
+	return all, paths, nil
+}
+
+// lastOwnCommit returns the newest first-parent ancestor of tip (tip
+// included) made by the configured identity, nil if none is near.
+func (r *Repo) lastOwnCommit(tip *object.Commit) *object.Commit {
+	c := tip
+	for range ownCommitSearch {
+		if c.Committer.Email == r.opts.authorEmail && c.Committer.Name == r.opts.authorName &&
+			c.Author.Email == r.opts.authorEmail {
+			return c
+		}
+		if len(c.ParentHashes) == 0 {
+			return nil
+		}
+		p, err := r.repo.CommitObject(c.ParentHashes[0])
+		if err != nil {
+			return nil
+		}
+		c = p
+	}
+	return nil
+}
+
+// statusTree returns the hash of the status/ directory of root, zero when
+// absent.
+func (r *Repo) statusTree(root plumbing.Hash) (plumbing.Hash, error) {
+	es, err := r.entries(root)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if e, ok := es[StatusDir]; ok && e.Mode == filemode.Dir {
+		return e.Hash, nil
+	}
+	return plumbing.ZeroHash, nil
+}
+
+// overwritten returns the foreign-edited paths whose entry in the new tree
+// differs from the tip's.
+func (r *Repo) overwritten(tipTree, newTree plumbing.Hash, foreign []string, s storer.EncodedObjectStorer) ([]string, error) {
+	var out []string
+	for _, p := range foreign {
+		a, err := entryAt(s, tipTree, p)
+		if err != nil {
+			return nil, err
+		}
+		b, err := entryAt(s, newTree, p)
+		if err != nil {
+			return nil, err
+		}
+		if a != b {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// entryAt returns the hash of the file at p in tree, zero when absent.
+func entryAt(s storer.EncodedObjectStorer, tree plumbing.Hash, p string) (plumbing.Hash, error) {
+	for {
+		if tree.IsZero() {
+			return plumbing.ZeroHash, nil
+		}
+		t, err := object.GetTree(s, tree)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		name, rest, sub := strings.Cut(p, "/")
+		var found *object.TreeEntry
+		for i := range t.Entries {
+			if t.Entries[i].Name == name {
+				found = &t.Entries[i]
+				break
+			}
+		}
+		switch {
+		case found == nil:
+			return plumbing.ZeroHash, nil
+		case !sub:
+			if found.Mode == filemode.Dir {
+				return plumbing.ZeroHash, nil
+			}
+			return found.Hash, nil
+		case found.Mode != filemode.Dir:
+			return plumbing.ZeroHash, nil
+		}
+		tree, p = found.Hash, rest
 	}
 }
 
@@ -335,13 +519,17 @@ func SeedBare(ctx context.Context, srcDir, bareDir, branch, message string, auth
 	if err != nil {
 		return "", fmt.Errorf("init %s: %w", bareDir, err)
 	}
-	tree, err := editTree(repo.Storer, plumbing.ZeroHash, files)
+	ov := newOverlay(repo.Storer)
+	tree, err := editTree(ov, plumbing.ZeroHash, files)
 	if err != nil {
 		return "", fmt.Errorf("build tree: %w", err)
 	}
-	h, err := writeCommit(repo.Storer, tree, nil, sig, sig, message)
+	h, err := writeCommit(ov, tree, nil, sig, sig, message)
 	if err != nil {
 		return "", fmt.Errorf("write commit: %w", err)
+	}
+	if err := ov.flush(); err != nil {
+		return "", fmt.Errorf("store objects: %w", err)
 	}
 	if err := repo.Storer.SetReference(plumbing.NewHashReference(ref, h)); err != nil {
 		return "", fmt.Errorf("set %s: %w", ref, err)

@@ -56,6 +56,33 @@
 // so a person's commit is never lost. A commit whose tree equals the tip's
 // is not made at all, so status churn produces no commits.
 //
+// The commit's objects are built in memory and written into the mirror as
+// one pack before the push (one file instead of a loose object per status
+// file). Every status commit sets back what someone else changed under
+// status/ since the hub's previous status commit, and reports those paths
+// (WriteStatus, and a warning per path): the hub is the only writer there.
+// A remote that is down fails the call without changing anything; the
+// caller keeps its batch and calls again.
+//
 // Objects written by CommitStatus and fetched packs accumulate in the
 // mirror; running `git gc` on it from time to time keeps it small.
+//
+// # Following changes
+//
+// Watch notices pushes to a local remote through inotify on its git
+// directory (HEAD, packed-refs, refs/), debounced; remote URLs get
+// ErrWatchUnsupported and are polled, or woken by a webhook the API checks
+// with VerifyWebhook and WebhookBranch.
+//
+// # Signatures
+//
+// VerifyCommit maps a commit's OpenPGP or SSH signature to a configured
+// identity; unsigned and unknown-signer commits are typed errors.
+//
+// # Losing the mirror
+//
+// The high-water marks live in the mirror directory. If it is lost, a new
+// mirror recomputes generations from the history, which is the same unless
+// the branch was force-pushed meanwhile; the hub keeps HighWater in
+// status/summary.yaml and restores it with SeedHighWater after a re-clone.
 package gitsync

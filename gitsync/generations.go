@@ -265,6 +265,16 @@ func (g *genCache) raise(st *genState) {
 		switch {
 		case !ok:
 			st.objs[k] = objState{gen: m.Gen, hash: absentObjectHash}
+		case m.Hash == seededMarkHash:
+			// content unknown (SeedHighWater): a pure generation below the
+			// mark means the history was rewritten, so the content may
+			// differ from what was returned: continue above the mark
+			if o.hash != absentObjectHash && o.gen < m.Gen {
+				o.gen = m.Gen + 1
+			} else {
+				o.gen = max(o.gen, m.Gen)
+			}
+			st.objs[k] = o
 		case o.hash == m.Hash || o.hash == absentObjectHash:
 			o.gen = max(o.gen, m.Gen)
 			st.objs[k] = o

@@ -344,6 +344,9 @@ type CommitInfo struct {
 	Email   string // author email
 	Subject string // first line of the message
 	When    time.Time
+	// Trailers are the message's trailers (ParseTrailers); CommitInfo
+	// fills them, SeedBare and InitWorktree ignore them.
+	Trailers []Trailer
 }
 
 // CommitInfo returns the author, committer time and subject of commit.
@@ -359,11 +362,12 @@ func (r *Repo) CommitInfo(ctx context.Context, commit string) (CommitInfo, error
 	}
 	subject, _, _ := strings.Cut(strings.TrimLeft(c.Message, "\n"), "\n")
 	return CommitInfo{
-		Hash:    c.Hash.String(),
-		Author:  c.Author.Name,
-		Email:   c.Author.Email,
-		Subject: strings.TrimSpace(subject),
-		When:    c.Committer.When,
+		Hash:     c.Hash.String(),
+		Author:   c.Author.Name,
+		Email:    c.Author.Email,
+		Subject:  strings.TrimSpace(subject),
+		When:     c.Committer.When,
+		Trailers: ParseTrailers(c.Message),
 	}, nil
 }
 

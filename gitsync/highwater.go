@@ -1,0 +1,62 @@
+package gitsync
+
+import (
+	"github.com/fleetwave/fleetwave"
+)
+
+// seededMarkHash marks a high-water mark restored by SeedHighWater: its
+// generation is known, the content it was returned for is not.
+const seededMarkHash = "seeded"
+
+// HighWater returns the highest generation returned so far per object
+// (objects since deleted included). The hub writes them into
+// status/summary.yaml so that SeedHighWater can restore them when the
+// mirror directory, which holds them durably, is lost.
+func (r *Repo) HighWater() map[fleetwave.ObjectKey]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[fleetwave.ObjectKey]int64, len(r.gens.marks.Objects))
+	for k, m := range r.gens.marks.Objects {
+		out[k] = m.Gen
+	}
+	return out
+}
+
+// SeedHighWater raises the high-water marks to marks (never lowers one) and
+// persists them. The hub calls it right after Open and before the first
+// Generations when the mirror was re-cloned (its marks file is gone), with
+// the marks it last wrote to status/summary.yaml.
+//
+// The content an object had at a seeded mark is unknown, so: an object
+// whose generation recomputed from the history equals or exceeds its mark
+// keeps it (the usual case: same history, new mirror); one below its mark
+// (the history was rewritten while the mirror was lost) gets the mark plus
+// one, a new generation, even if its content is the one returned at the
+// mark. Without seeding, a lost mirror means generations restart from the
+// pure history, which only matters after a force-push (they can then go
+// below what was returned before).
+func (r *Repo) SeedHighWater(marks map[fleetwave.ObjectKey]int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.gens
+	changed := false
+	for k, gen := range marks {
+		if gen <= 0 {
+			continue
+		}
+		if m, ok := g.marks.Objects[k]; ok && m.Gen >= gen {
+			continue
+		}
+		g.marks.Objects[k] = mark{Gen: gen, Hash: seededMarkHash}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	// the seeded marks must be applied to the next state computed, whatever
+	// commit it is: forget the tip they were taken at and cached states
+	g.marks.Tip = ""
+	clear(g.states)
+	g.order = nil
+	return g.saveMarks()
+}
