@@ -46,7 +46,27 @@ type Hub interface {
 	// Ready returns nil when the hub can serve (store reachable, a snapshot
 	// in force).
 	Ready(ctx context.Context) error
+	// VerifyGitHook checks a webhook's signature (nil when none is
+	// configured); an error refuses the hook with 401.
+	VerifyGitHook(header http.Header, body []byte) error
+	// AuthenticateUser maps an API caller's bearer token to an identity.
+	AuthenticateUser(token string) (Identity, bool)
+	// SetRolloutState pauses, resumes or cancels a rollout for actor.
+	SetRolloutState(ctx context.Context, id, action string, actor Identity) error
 }
+
+// Identity is an API caller: a name and a role (admin, operator, viewer).
+type Identity struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+}
+
+// Roles of API callers.
+const (
+	RoleAdmin    = "admin"
+	RoleOperator = "operator"
+	RoleViewer   = "viewer"
+)
 
 // ErrNotFound is the sentinel a Hub wraps when the requested object does not
 // exist; the API answers 404 not_found.
@@ -143,6 +163,7 @@ func New(h Hub, opts ...Option) http.Handler {
 	mux.HandleFunc("GET /api/v1/rollouts", s.rollouts)
 	mux.HandleFunc("GET /api/v1/rollouts/{id}", s.rollout)
 	mux.HandleFunc("POST /api/v1/hooks/git", s.hookGit)
+	mux.HandleFunc("POST /api/v1/rollouts/{id}/{action}", s.user(RoleOperator, s.rolloutState))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/register", s.agent(s.register))
 	mux.HandleFunc("GET /api/v1/agent/nodes/{node}/attempts", s.agent(s.poll))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result", s.agent(s.result))
@@ -242,8 +263,14 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) hookGit(w http.ResponseWriter, r *http.Request) {
-	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, s.maxBody)); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
 		s.fail(w, r, bodyError(err))
+		return
+	}
+	if err := s.hub.VerifyGitHook(r.Header, body); err != nil {
+		s.log.Warn().Err(err).Str("remote", r.RemoteAddr).Msg("webhook refused")
+		writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "invalid_signature", Message: "webhook signature does not verify"})
 		return
 	}
 	s.hub.TriggerSync()
@@ -279,6 +306,60 @@ func (s *server) agent(next func(http.ResponseWriter, *http.Request, string)) ht
 		}
 		next(w, r, node)
 	}
+}
+
+// user authenticates an API caller and requires at least role (admin >
+// operator > viewer).
+func (s *server) user(role string, next func(http.ResponseWriter, *http.Request, Identity)) http.HandlerFunc {
+	rank := map[string]int{RoleViewer: 1, RoleOperator: 2, RoleAdmin: 3}
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave"`)
+			writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing bearer token"})
+			return
+		}
+		id, ok := s.hub.AuthenticateUser(token)
+		if !ok {
+			s.log.Warn().Str("remote", r.RemoteAddr).Msg("api token refused")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave", error="invalid_token"`)
+			writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "invalid bearer token"})
+			return
+		}
+		if rank[id.Role] < rank[role] {
+			writeJSONError(w, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "role " + id.Role + " may not do this; " + role + " required"})
+			return
+		}
+		next(w, r, id)
+	}
+}
+
+func (s *server) rolloutState(w http.ResponseWriter, r *http.Request, id Identity) {
+	action := r.PathValue("action")
+	switch action {
+	case "pause", "resume", "cancel":
+	default:
+		writeJSONError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such rollout action; want pause, resume or cancel"})
+		return
+	}
+	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, s.maxBody)); err != nil {
+		s.fail(w, r, bodyError(err))
+		return
+	}
+	if err := s.hub.SetRolloutState(r.Context(), r.PathValue("id"), action, id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info().Str("rollout", r.PathValue("id")).Str("action", action).Str("actor", id.Name).Msg("rollout state changed")
+	ro, items, err := s.hub.Rollout(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if items == nil {
+		items = []fleetwave.Item{}
+	}
+	writeJSON(w, http.StatusOK, RolloutAnswer{Rollout: ro, Items: items})
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -99,6 +99,28 @@ func (f *fakeHub) Rollout(_ context.Context, id string) (fleetwave.Rollout, []fl
 	return fleetwave.Rollout{}, nil, api.ErrNotFound
 }
 
+func (f *fakeHub) VerifyGitHook(h http.Header, _ []byte) error {
+	if h.Get("X-Fleetwave-Signature") == "bad" {
+		return errors.New("signature mismatch")
+	}
+	return nil
+}
+
+var users = map[string]api.Identity{"tok-admin": {Name: "ada", Role: api.RoleAdmin}, "tok-op": {Name: "otto", Role: api.RoleOperator}, "tok-view": {Name: "vic", Role: api.RoleViewer}}
+
+func (f *fakeHub) AuthenticateUser(token string) (api.Identity, bool) {
+	id, ok := users[token]
+	return id, ok
+}
+
+func (f *fakeHub) SetRolloutState(_ context.Context, id, action string, actor api.Identity) error {
+	f.record(action + " " + id + " by " + actor.Name)
+	if id == "missing" {
+		return api.ErrNotFound
+	}
+	return nil
+}
+
 func (f *fakeHub) TriggerSync() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

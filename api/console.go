@@ -24,7 +24,7 @@ var consoleTemplate = sync.OnceValue(func() *template.Template {
 func (s *server) console(w http.ResponseWriter, r *http.Request) {
 	var raw [18]byte
 	_, _ = rand.Read(raw[:])
-	nonce := base64.StdEncoding.EncodeToString(raw[:])
+	nonce := base64.RawURLEncoding.EncodeToString(raw[:]) // no + or /: the template escapes them in attributes
 	var buf bytes.Buffer
 	if err := consoleTemplate().Execute(&buf, struct{ Nonce string }{nonce}); err != nil {
 		s.fail(w, r, err)

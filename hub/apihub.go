@@ -9,6 +9,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/api"
 	"github.com/fleetwave/fleetwave/engine"
+	"github.com/fleetwave/fleetwave/gitsync"
 )
 
 // The Hub is what the API reads and drives.
@@ -101,6 +102,34 @@ func (h *Hub) Ready(ctx context.Context) error {
 	return nil
 }
 
+// VerifyGitHook checks the webhook signature when a secret is configured.
+func (h *Hub) VerifyGitHook(header http.Header, body []byte) error {
+	if len(h.webhookSecret) == 0 {
+		return nil
+	}
+	return gitsync.VerifyWebhook(header, body, h.webhookSecret)
+}
+
+// AuthenticateUser maps an API bearer token to its identity.
+func (h *Hub) AuthenticateUser(token string) (api.Identity, bool) {
+	id, ok := h.users[HashToken(token)]
+	return id, ok
+}
+
+// SetRolloutState pauses, resumes or cancels a rollout, recording the actor.
+func (h *Hub) SetRolloutState(ctx context.Context, id, action string, actor api.Identity) error {
+	fence := h.currentFence()
+	if fence == 0 {
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "not_leader", Message: "this hub is not the leader; retry"}
+	}
+	if err := h.eng.SetRolloutState(ctx, fence, id, action, actor.Name); err != nil {
+		return apiError(err)
+	}
+	h.log.Info().Str("rollout", id).Str("action", action).Str("actor", actor.Name).Int64("fence", fence).Msg("rollout state changed")
+	h.kick(h.statusNow)
+	return nil
+}
+
 // apiError maps engine errors to API errors with stable codes.
 func apiError(err error) error {
 	switch {
@@ -110,6 +139,8 @@ func apiError(err error) error {
 		return &api.Error{Status: http.StatusNotFound, Code: "unknown_attempt", Message: "no such attempt"}
 	case errors.Is(err, engine.ErrWrongNode):
 		return &api.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "attempt belongs to another node"}
+	case errors.Is(err, engine.ErrInvalidState):
+		return &api.Error{Status: http.StatusConflict, Code: "invalid_state", Message: err.Error()}
 	case errors.Is(err, engine.ErrStaleAttempt):
 		return &api.Error{Status: http.StatusConflict, Code: "stale_attempt", Message: "attempt is no longer current"}
 	}

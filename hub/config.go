@@ -34,6 +34,19 @@ type Config struct {
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
 	// HubID names this replica in the leader lease (default: host name + pid).
 	HubID string `yaml:"hub_id"`
+	// Identities are the API callers: a name, a role (admin, operator,
+	// viewer) and the hex sha256 of their bearer token.
+	Identities []Identity `yaml:"identities"`
+	// WebhookSecretFile holds the secret POST /api/v1/hooks/git payloads are
+	// signed with (GitHub, GitLab or generic HMAC); unset = hooks unsigned.
+	WebhookSecretFile string `yaml:"webhook_secret_file"`
+}
+
+// Identity is one API caller of hub.yaml.
+type Identity struct {
+	Name        string `yaml:"name"`
+	Role        string `yaml:"role"`
+	TokenSHA256 string `yaml:"token_sha256"`
 }
 
 // RepoConfig says which repository and branch to follow.
@@ -142,6 +155,21 @@ func (c *Config) Validate() error {
 	for node, h := range c.Agents.Tokens {
 		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
 			errs = append(errs, fmt.Errorf("agents.tokens.%s: want the hex sha256 of the token (64 hex characters)", node))
+		}
+	}
+	seen := map[string]bool{}
+	for i, id := range c.Identities {
+		if id.Name == "" || seen[id.Name] {
+			errs = append(errs, fmt.Errorf("identities[%d]: a unique name is required", i))
+		}
+		seen[id.Name] = true
+		switch id.Role {
+		case "admin", "operator", "viewer":
+		default:
+			errs = append(errs, fmt.Errorf("identities[%d] (%s): role %q, want admin, operator or viewer", i, id.Name, id.Role))
+		}
+		if b, err := hex.DecodeString(id.TokenSHA256); err != nil || len(b) != sha256.Size {
+			errs = append(errs, fmt.Errorf("identities[%d] (%s): token_sha256 must be 64 hex characters", i, id.Name))
 		}
 	}
 	if c.LeaseTTL.D() < time.Second {

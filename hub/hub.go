@@ -1,11 +1,13 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -28,13 +30,15 @@ type Hub struct {
 	log   zerolog.Logger
 	clock clock.Clock
 
-	redis     *redisBackend
-	eng       *engine.Engine
-	repo      *gitsync.Repo
-	validator *schema.Validator
-	tokens    map[string]string // hex sha256(token) -> node
-	listener  net.Listener
-	server    *http.Server
+	redis         *redisBackend
+	eng           *engine.Engine
+	repo          *gitsync.Repo
+	validator     *schema.Validator
+	tokens        map[string]string       // hex sha256(token) -> node
+	users         map[string]api.Identity // hex sha256(token) -> API caller
+	webhookSecret []byte
+	listener      net.Listener
+	server        *http.Server
 
 	syncNow      chan struct{}
 	reconcileNow chan struct{}
@@ -80,6 +84,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	for node, hash := range cfg.Agents.Tokens {
 		h.tokens[hash] = node
 	}
+	h.users = map[string]api.Identity{}
+	for _, id := range cfg.Identities {
+		h.users[id.TokenSHA256] = api.Identity{Name: id.Name, Role: id.Role}
+	}
+	if cfg.WebhookSecretFile != "" {
+		secret, err := os.ReadFile(cfg.WebhookSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("webhook secret: %w", err)
+		}
+		if h.webhookSecret = bytes.TrimSpace(secret); len(h.webhookSecret) == 0 {
+			return nil, fmt.Errorf("webhook secret file %s is empty", cfg.WebhookSecretFile)
+		}
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -112,6 +129,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	if len(cfg.Agents.Tokens) == 0 {
 		h.log.Warn().Msg("no agent tokens configured: no agent can connect")
+	}
+	admins := 0
+	for _, id := range cfg.Identities {
+		if id.Role == "admin" {
+			admins++
+		}
+	}
+	if len(cfg.Identities) < 2 || admins == 0 {
+		h.log.Warn().Int("identities", len(cfg.Identities)).Int("admins", admins).Msg("fewer than two identities with an admin: approvals need a second identity, releases that need approval are frozen")
 	}
 	ok = true
 	return h, nil

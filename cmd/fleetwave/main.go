@@ -90,6 +90,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		versionCmd(stdout),
 		validateCmd(stdout),
 		planCmd(stdout),
+		statusCmd(stdout),
+		rolloutCmd(stdout),
 		initCmd(stdout),
 		serveCmd(newLogger),
 		agentCmd(newLogger),
