@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/api"
@@ -120,6 +121,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open repository: %w", err)
 	}
+	if err := h.restoreMarks(ctx); err != nil {
+		h.log.Warn().Err(err).Msg("generation marks not restored from status")
+	}
 	if h.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
@@ -180,6 +184,14 @@ func (h *Hub) Run(ctx context.Context) error {
 	})
 	h.log.Info().Str("addr", h.Addr()).Str("repo", h.cfg.Repo.URL).Str("branch", h.cfg.Repo.Branch).Str("redis", h.redis.mode).Msg("hub started")
 	wg.Go(func() { h.leaseLoop(ctx) })
+	wg.Go(func() {
+		// A local remote is watched: a push is seen at once; polling stays
+		// as the safety net (and is all there is for remote URLs).
+		err := h.repo.Watch(ctx, func() { h.kick(h.syncNow) })
+		if err != nil && ctx.Err() == nil {
+			h.log.Info().Err(err).Dur("poll_interval", h.cfg.Repo.PollInterval.D()).Msg("repository not watched; polling")
+		}
+	})
 	wg.Go(func() { h.loop(ctx, h.cfg.Repo.PollInterval.D(), h.syncNow, h.syncStep) })
 	wg.Go(func() { h.loop(ctx, h.cfg.ReconcileInterval.D(), h.reconcileNow, h.reconcileStep) })
 	wg.Go(func() { h.loop(ctx, h.cfg.StepInterval.D(), nil, h.engineStep) })
@@ -455,4 +467,37 @@ type normalizer struct{}
 func (normalizer) ObjectKey(p string) (fleetwave.ObjectKey, bool) { return schema.ObjectKeyForPath(p) }
 func (normalizer) Normalize(p string, data []byte) ([]byte, error) {
 	return schema.Normalize(p, data)
+}
+
+// restoreMarks seeds the mirror's generation high-water marks from the
+// status the hub committed, when the mirror has none (first start, or the
+// data dir was lost): generations then never go down, even after a
+// force-push rewrote history.
+func (h *Hub) restoreMarks(ctx context.Context) error {
+	if len(h.repo.HighWater()) > 0 {
+		return nil
+	}
+	head, _, err := h.repo.Fetch(ctx)
+	if err != nil {
+		return err
+	}
+	status, err := h.repo.StatusFiles(ctx, head)
+	if err != nil {
+		return err
+	}
+	data, ok := status["status/summary.yaml"]
+	if !ok {
+		return nil
+	}
+	var doc struct {
+		Marks map[fleetwave.ObjectKey]int64 `yaml:"generation_marks"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("status/summary.yaml: %w", err)
+	}
+	if len(doc.Marks) == 0 {
+		return nil
+	}
+	h.log.Info().Int("objects", len(doc.Marks)).Msg("generation marks restored from status")
+	return h.repo.SeedHighWater(doc.Marks)
 }

@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/reconciler"
 )
 
@@ -35,7 +36,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	if unchanged {
 		return
 	}
-	files, subject, err := h.statusFiles(ctx)
+	files, subject, rollout, err := h.statusFiles(ctx)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -43,11 +44,18 @@ func (h *Hub) statusStep(ctx context.Context) {
 	h.mu.Lock()
 	applied := h.sync.Applied
 	h.mu.Unlock()
-	msg := subject + "\n\nFleetwave-Applied-Commit: " + applied + fmt.Sprintf("\nFleetwave-Fence: %d\n", fence)
-	commit, err := h.repo.CommitStatus(ctx, files, msg)
+	trailers := []gitsync.Trailer{{Key: gitsync.TrailerSyncedAt, Value: applied}, {Key: gitsync.TrailerFence, Value: fmt.Sprint(fence)}}
+	if rollout != "" {
+		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerRollout, Value: rollout})
+	}
+	res, err := h.repo.WriteStatus(ctx, files, gitsync.StatusMessage(subject, "", trailers...))
 	if err != nil {
-		h.log.Warn().Err(err).Msg("status commit")
+		h.log.Warn().Err(err).Msg("status commit; retrying at the next interval")
 		return
+	}
+	commit := res.Commit
+	for _, p := range res.Overwritten {
+		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
 	}
 	h.mu.Lock()
 	h.statusMark = mark
@@ -59,24 +67,24 @@ func (h *Hub) statusStep(ctx context.Context) {
 
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
 // status/nodes/<id>.yaml. It never includes rendered configs or payloads.
-func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error) {
+func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject, rolloutID string, err error) {
 	counters, err := h.eng.Counters(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	rollouts, err := h.eng.Rollouts(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	obs, err := h.eng.Observations(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	h.mu.Lock()
 	snap, syncState := h.snapshot, h.sync
 	h.mu.Unlock()
 
-	files := map[string][]byte{}
+	files = map[string][]byte{}
 	type rolloutLine struct {
 		ID       string             `json:"id"`
 		Status   string             `json:"status"`
@@ -86,7 +94,7 @@ func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error
 		Counters fleetwave.Counters `json:"counters"`
 	}
 	var lines []rolloutLine
-	subject := "status: summary"
+	subject = "status: summary"
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
 		r := rollouts[i]
@@ -97,11 +105,11 @@ func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error
 		}
 		_, items, err := h.eng.Rollout(ctx, r.ID)
 		if err != nil {
-			return nil, "", fmt.Errorf("rollout %s: %w", r.ID, err)
+			return nil, "", "", fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
 		doc, err := rolloutStatus(r, items)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		files["status/rollouts/"+r.ID+".yaml"] = doc
 	}
@@ -109,6 +117,7 @@ func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error
 	if newest != nil {
 		c := newest.Counters
 		subject = fmt.Sprintf("status: rollout %s %s wave %d, %d/%d done, %d failed", newest.ID, newest.Status, newest.Wave, c.Done, c.Total, c.Failed)
+		rolloutID = newest.ID
 	}
 	if syncState.Result == "rejected" {
 		subject = fmt.Sprintf("status: commit %s rejected (%d errors)", short(syncState.Commit), len(syncState.Errors))
@@ -134,9 +143,14 @@ func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error
 		summary["generations"] = generationSummary(snap, obs)
 		summary["nodes"] = len(snap.Nodes)
 	}
+	// The highest generation ever given to each object: restored from here
+	// when the mirror is lost, so generations never go down.
+	if marks := h.repo.HighWater(); len(marks) > 0 {
+		summary["generation_marks"] = marks
+	}
 	doc, err := toYAML(summary)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	files["status/summary.yaml"] = doc
 
@@ -169,11 +183,11 @@ func (h *Hub) statusFiles(ctx context.Context) (map[string][]byte, string, error
 		}
 		doc, err := toYAML(ns)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		files["status/nodes/"+node+".yaml"] = doc
 	}
-	return files, subject, nil
+	return files, subject, rolloutID, nil
 }
 
 func short(c string) string {
