@@ -27,4 +27,24 @@
 // result never depends on input order. Each trigger with work yields one
 // RolloutSpec; the engine drops items whose instance already has an active
 // item (idempotency), so planning twice is harmless.
+//
+// Beyond reconciliation triggers (PlanWith):
+//
+//   - windows: every item carries its node's effective maintenance windows
+//     (node, else workspace, else organization, plus the trigger's
+//     maintenance_window), resolved from the config; an unknown name is a
+//     Problem (fail closed). bypass_maintenance_window and manual requests
+//     set BypassWindows.
+//   - ownership: an observed CLI-managed instance gets a takeover item when
+//     the trigger has auto_takeover and the block a takeover action, else an
+//     item skipped with cli_managed (the engine records the conflict).
+//   - drain and staged enablement (Options.Enablement) hold instances
+//     instead of planning them; they are listed in Plan.Holds.
+//   - Schedules/PlanSchedule: cron ticks of schedule triggers; missed ticks
+//     fire once. PlanManual: rollouts/<name> requests with targets resolved
+//     once. Drift: what observe mode reports.
+//
+// Templates are parsed once per plan and per distinct source (Options and
+// the parse cache live in one plan call; nothing is global) and executed per
+// node in the sandbox described in sandbox.go.
 package reconciler

@@ -25,10 +25,16 @@ type Problem struct {
 // Plan is the work a snapshot asks for, given the observations.
 type Plan struct {
 	Rollouts []fleetwave.RolloutSpec
+	// Problems are instances that could not be planned (errors to fix in
+	// the repository: template, unknown action or window).
 	Problems []Problem
 	// Held lists triggers that planned nothing on purpose, with the reason
 	// (e.g. observe_mode).
 	Held map[string]string
+	// Holds lists instances that differ from their desired state but are
+	// held on purpose (node_draining, lifecycle_disabled,
+	// config_apply_disabled); they are planned once the reason goes away.
+	Holds []Problem
 }
 
 // Items returns the number of items over all rollouts.
@@ -40,18 +46,21 @@ func (p Plan) Items() int {
 	return n
 }
 
-// PlanSnapshot computes the rollouts the snapshot's reconciliation triggers
-// ask for. now is accepted for time-dependent rules (windows, schedules) and
-// is otherwise unused; the function reads no clock.
+// PlanSnapshot is PlanWith without options (no credentials, no staged
+// enablement).
 func PlanSnapshot(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time) Plan {
+	return PlanWith(snap, obs, now, Options{})
+}
+
+// PlanWith computes the rollouts the snapshot's reconciliation triggers ask
+// for. now is accepted for time-dependent rules and is otherwise unused; the
+// function reads no clock. Schedule triggers are planned by Schedules and
+// PlanSchedule, manual requests by PlanManual.
+func PlanWith(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts Options) Plan {
 	_ = now
 	plan := Plan{Held: map[string]string{}}
-	names := make([]string, 0, len(snap.Triggers))
-	for name := range snap.Triggers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	r := newRenderer(opts)
+	for _, name := range sortedKeys(snap.Triggers) {
 		t := snap.Triggers[name]
 		if t.TriggerType != "" && t.TriggerType != fleetwave.TriggerReconciliation {
 			continue
@@ -60,13 +69,23 @@ func PlanSnapshot(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time
 			plan.Held[name] = fleetwave.ReasonObserveMode
 			continue
 		}
-		spec, problems := planTrigger(snap, obs, t)
+		spec, problems, holds := planTrigger(snap, obs, t, r, opts)
 		plan.Problems = append(plan.Problems, problems...)
+		plan.Holds = append(plan.Holds, holds...)
 		if len(spec.Items) > 0 {
 			plan.Rollouts = append(plan.Rollouts, spec)
 		}
 	}
 	return plan
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Scope returns the ids of the nodes a trigger addresses, sorted, draining
@@ -134,7 +153,44 @@ func priorityRank(order []fleetwave.Criticality, c fleetwave.Criticality) int {
 	return len(order)
 }
 
-func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetwave.Trigger) (fleetwave.RolloutSpec, []Problem) {
+// rankedItem orders items by criticality rank, then node id.
+type rankedItem struct {
+	rank int
+	item fleetwave.ItemSpec
+}
+
+func sortItems(items []rankedItem) []fleetwave.ItemSpec {
+	sort.SliceStable(items, func(i, j int) bool {
+		if items[i].rank != items[j].rank {
+			return items[i].rank < items[j].rank
+		}
+		return items[i].item.Node < items[j].item.Node
+	})
+	out := make([]fleetwave.ItemSpec, 0, len(items))
+	for _, r := range items {
+		out = append(out, r.item)
+	}
+	return out
+}
+
+// observedInstance returns the observed instance, nil when missing or
+// reported absent (an uninstalled instance is not there).
+func observedInstance(obs fleetwave.Observations, ik fleetwave.InstanceKey) *fleetwave.InstanceStatus {
+	in := obs.Instance(ik)
+	if in != nil && in.State == fleetwave.StateAbsent {
+		return nil
+	}
+	return in
+}
+
+func desiredState(t *fleetwave.Trigger) fleetwave.DesiredState {
+	if t.DesiredState == "" {
+		return fleetwave.StateInstalled
+	}
+	return t.DesiredState
+}
+
+func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetwave.Trigger, r *renderer, opts Options) (fleetwave.RolloutSpec, []Problem, []Problem) {
 	key := fleetwave.Key(fleetwave.KindTrigger, t.Name)
 	gen := snap.Generation(key)
 	block := snap.Blocks[t.BlockName]
@@ -149,72 +205,94 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
 	}
 	if block == nil { // schema validation prevents this; stay safe
-		return spec, []Problem{{Trigger: t.Name, Block: t.BlockName, Reason: "unknown_block", Message: "block " + t.BlockName + " is not defined"}}
+		return spec, []Problem{{Trigger: t.Name, Block: t.BlockName, Reason: "unknown_block", Message: "block " + t.BlockName + " is not defined"}}, nil
 	}
-	desired := t.DesiredState
-	if desired == "" {
-		desired = fleetwave.StateInstalled
-	}
-	var problems []Problem
-	type ranked struct {
-		rank int
-		item fleetwave.ItemSpec
-	}
-	var items []ranked
+	desired := desiredState(t)
+	var problems, holds []Problem
+	var items []rankedItem
 	for _, id := range scope {
 		n := snap.Nodes[id]
-		if n.Drain {
-			continue
-		}
 		ik := fleetwave.InstanceKey{Node: id, Block: t.BlockName}
-		observed := obs.Instance(ik)
-		if observed != nil && observed.State == fleetwave.StateAbsent {
-			observed = nil // an uninstalled instance is not there
-		}
+		observed := observedInstance(obs, ik)
 		var rendered, hash string
 		if desired != fleetwave.StateAbsent {
-			out, err := Render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t))
+			out, err := r.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
 			if err != nil {
-				problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: "invalid_config", Message: err.Error(), Key: ik})
+				problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: err.Error(), Key: ik})
 				continue
 			}
 			rendered, hash = out, ConfigHash(out)
 		}
-		action := decide(t, block, desired, observed, hash)
+		action := decide(t, desired, observed, hash)
+		skip := ""
+		if observed != nil && observed.ManagedBy == fleetwave.ManagedByCLI {
+			// A CLI-managed instance is a conflict: migrate it first when
+			// allowed (the normal difference follows on the next plan),
+			// otherwise record it as skipped.
+			if _, ok := block.Actions[fleetwave.ActionTakeover]; ok && t.AutoTakeover {
+				action = fleetwave.ActionTakeover
+			} else if action != "" {
+				skip = fleetwave.ReasonCLIManaged
+			}
+		}
 		if action == "" {
 			continue
 		}
-		ba, ok := block.Actions[action]
-		if !ok {
-			problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: "unknown_action",
-				Message: fmt.Sprintf("block %s has no %s action", block.Name, action), Key: ik})
+		hold := func(reason, msg string) {
+			holds = append(holds, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: reason, Message: msg, Key: ik})
+		}
+		if n.Drain {
+			hold(fleetwave.ReasonNodeDraining, action+" waits until the node is undrained")
 			continue
 		}
-		crit := Criticality(snap, n)
-		items = append(items, ranked{rank: priorityRank(snap.Config.PriorityOrder, crit), item: fleetwave.ItemSpec{
-			Node: id, Block: t.BlockName, Action: action, Generation: gen,
-			TargetVersion: t.TargetVersion, ConfigHash: hash, DesiredState: desired,
-			ManagedBy: t.Owner(), Criticality: crit,
-			Payload: fleetwave.AttemptPayload{
-				Command: ba.Command, TimeoutSeconds: int(math.Ceil(ba.Timeout.Seconds())),
-				Config: rendered, OneShot: ba.OneShot,
-			},
-		}})
-	}
-	sort.SliceStable(items, func(i, j int) bool {
-		if items[i].rank != items[j].rank {
-			return items[i].rank < items[j].rank
+		if reason := opts.Enablement.holdReason(n, action); reason != "" {
+			hold(reason, action+" is not enabled for this node")
+			continue
 		}
-		return items[i].item.Node < items[j].item.Node
-	})
-	for _, r := range items {
-		spec.Items = append(spec.Items, r.item)
+		item, p := buildItem(snap, n, t, block, action, gen, rendered, hash, desired)
+		if p != nil {
+			problems = append(problems, *p)
+			continue
+		}
+		if skip != "" {
+			item.SkipReason = skip
+			item.Payload = fleetwave.AttemptPayload{} // never dispatched
+		}
+		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})
 	}
-	return spec, problems
+	spec.Items = sortItems(items)
+	return spec, problems, holds
+}
+
+// buildItem makes the item for action on node n, resolving the block action
+// and the maintenance windows; a non-nil Problem means it cannot be planned.
+func buildItem(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger, block *fleetwave.Block, action string, gen int64, rendered, hash string, desired fleetwave.DesiredState) (fleetwave.ItemSpec, *Problem) {
+	ik := fleetwave.InstanceKey{Node: n.ID, Block: block.Name}
+	ba, ok := block.Actions[action]
+	if !ok {
+		return fleetwave.ItemSpec{}, &Problem{Trigger: t.Name, Node: n.ID, Block: block.Name, Reason: ReasonUnknownAction,
+			Message: fmt.Sprintf("block %s has no %s action", block.Name, action), Key: ik}
+	}
+	windows, unknown := Windows(snap, n, t)
+	if unknown != "" {
+		return fleetwave.ItemSpec{}, &Problem{Trigger: t.Name, Node: n.ID, Block: block.Name, Reason: ReasonUnknownWindow,
+			Message: fmt.Sprintf("maintenance window %s is not defined in the config", unknown), Key: ik}
+	}
+	return fleetwave.ItemSpec{
+		Node: n.ID, Block: block.Name, Action: action, Generation: gen,
+		TargetVersion: t.TargetVersion, ConfigHash: hash, DesiredState: desired,
+		ManagedBy: t.Owner(), Criticality: Criticality(snap, n),
+		Windows: windows, BypassWindows: t.BypassMaintenanceWindow,
+		Payload: fleetwave.AttemptPayload{
+			Command: ba.Command, TimeoutSeconds: int(math.Ceil(ba.Timeout.Seconds())),
+			Config: rendered, OneShot: ba.OneShot,
+		},
+	}, nil
 }
 
 // decide returns the action that converges observed to desired, "" for none.
-func decide(t *fleetwave.Trigger, block *fleetwave.Block, desired fleetwave.DesiredState, observed *fleetwave.InstanceStatus, hash string) string {
+// Ownership (CLI-managed instances) is handled by the caller.
+func decide(t *fleetwave.Trigger, desired fleetwave.DesiredState, observed *fleetwave.InstanceStatus, hash string) string {
 	if desired == fleetwave.StateAbsent {
 		if observed != nil {
 			return fleetwave.ActionUninstall
@@ -224,16 +302,8 @@ func decide(t *fleetwave.Trigger, block *fleetwave.Block, desired fleetwave.Desi
 	if observed == nil {
 		return fleetwave.ActionInstall
 	}
-	if observed.ManagedBy == fleetwave.ManagedByCLI && t.AutoTakeover {
-		if _, ok := block.Actions[fleetwave.ActionTakeover]; ok {
-			return fleetwave.ActionTakeover
-		}
-	}
 	if observed.Version != t.TargetVersion || observed.ConfigHash != hash {
-		if t.ActionName != "" {
-			return t.ActionName
-		}
-		return fleetwave.ActionUpgrade
+		return configAction(t)
 	}
 	switch {
 	case desired == fleetwave.StateRunning && observed.State == fleetwave.StateStopped:
@@ -242,6 +312,13 @@ func decide(t *fleetwave.Trigger, block *fleetwave.Block, desired fleetwave.Desi
 		return fleetwave.ActionStop
 	}
 	return ""
+}
+
+func configAction(t *fleetwave.Trigger) string {
+	if t.ActionName != "" {
+		return t.ActionName
+	}
+	return fleetwave.ActionUpgrade
 }
 
 func maxConcurrent(snap *fleetwave.Snapshot, t *fleetwave.Trigger, scope int) int {

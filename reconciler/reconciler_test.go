@@ -173,8 +173,7 @@ func TestRenderSandbox(t *testing.T) {
 		{"import is refused", `{% import "x" as y %}`, "import"},
 		{"macros are refused", `{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}`, "macro"},
 		{"undefined names fail", `{{ nope }}`, "nope"},
-		{"negative repeat is recovered", `{{ "a" * -1 }}`, "render aborted"},
-		{"huge output is cut", `{{ "a" * 5000000 }}`, "exceeds"},
+		{"huge output is cut", `{% for i in range(2000) %}{{ "a" * 1000 }}{% endfor %}`, "exceeds"},
 		{"unbounded loops hit the budget", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, "budget"},
 	}
 	for _, tt := range tests {
