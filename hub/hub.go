@@ -41,6 +41,7 @@ type Hub struct {
 	listener      net.Listener
 	server        *http.Server
 
+	metrics      *metrics
 	syncNow      chan struct{}
 	reconcileNow chan struct{}
 	statusNow    chan struct{}
@@ -127,8 +128,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	h.metrics = newMetrics(h)
 	h.server = &http.Server{
-		Handler:           api.New(h, api.WithLogger(h.log)),
+		Handler:           api.New(h, api.WithLogger(h.log), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	if len(cfg.Agents.Tokens) == 0 {
@@ -259,10 +261,13 @@ func (h *Hub) setFence(f int64) {
 	h.mu.Unlock()
 	if old != f {
 		if f > 0 {
+			h.metrics.leader.Set(1)
 			h.log.Info().Int64("fence", f).Msg("leader lease acquired")
 			h.kick(h.syncNow)
 			h.kick(h.reconcileNow)
 		} else {
+			h.metrics.leader.Set(0)
+			h.metrics.leaseLost.Inc()
 			h.log.Warn().Int64("fence", old).Msg("leader lease lost")
 		}
 	}
@@ -352,6 +357,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		for _, fe := range verr.Errors {
 			log.Warn().Str("error", fe.Error()).Msg("commit rejected")
 		}
+		h.metrics.rejectedCommits.Inc()
 		h.setSync(func(s *fleetwave.SyncState) {
 			s.Commit, s.Result, s.Errors, s.Message, s.At = head, "rejected", verr.Errors, "", h.clock.Now().UTC()
 		})
@@ -369,6 +375,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 	h.setSync(func(s *fleetwave.SyncState) {
 		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
 	})
+	h.metrics.syncSeconds.Observe(time.Since(start).Seconds())
 	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Dur("took", time.Since(start)).Msg("snapshot applied")
 	h.kick(h.reconcileNow)
 }
@@ -394,6 +401,8 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	if fence == 0 || snap == nil {
 		return
 	}
+	start := time.Now()
+	defer func() { h.metrics.reconcileSecs.Observe(time.Since(start).Seconds()) }()
 	observedAt := h.clock.Now()
 	obs, err := h.eng.Observations(ctx)
 	if err != nil {
@@ -420,6 +429,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 			continue
 		}
 		if id != "" {
+			h.metrics.itemsCreated.Add(float64(len(items)))
 			h.log.Info().Str("rollout", id).Int("items", len(items)).Int64("generation", spec.Source.Generation).
 				Str("commit", spec.Source.Commit).Int("max_concurrent", spec.MaxConcurrent).Msg("rollout created")
 		}

@@ -54,6 +54,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 		return
 	}
 	commit := res.Commit
+	if commit != "" {
+		h.metrics.statusCommits.Inc()
+	}
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
 	}
