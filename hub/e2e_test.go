@@ -16,6 +16,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/agent"
 	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/browser"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
@@ -179,6 +180,11 @@ func (f *runningFleet) stateDir(node string) string { return filepath.Join(f.dir
 
 func startFleet(t *testing.T, remote, redisURL string, nodes []string) *runningFleet {
 	t.Helper()
+	return startFleetWith(t, remote, redisURL, nodes, nil)
+}
+
+func startFleetWith(t *testing.T, remote, redisURL string, nodes []string, clk clock.Clock) *runningFleet {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := map[string]string{}
 	for _, n := range nodes {
@@ -196,7 +202,11 @@ func startFleet(t *testing.T, remote, redisURL string, nodes []string) *runningF
 		HubID:        "test-hub",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h, err := hub.New(ctx, cfg, hub.WithLogger(log))
+	opts := []hub.Option{hub.WithLogger(log)}
+	if clk != nil {
+		opts = append(opts, hub.WithClock(clk))
+	}
+	h, err := hub.New(ctx, cfg, opts...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

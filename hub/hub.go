@@ -21,6 +21,7 @@ import (
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/credstore"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
 )
@@ -32,6 +33,7 @@ type Hub struct {
 	clock clock.Clock
 
 	redis         *redisBackend
+	creds         *credstore.Store
 	eng           *engine.Engine
 	repo          *gitsync.Repo
 	validator     *schema.Validator
@@ -53,6 +55,9 @@ type Hub struct {
 	syncGen    int64  // bumped when sync changes, so status is rewritten
 	lastSeen   string // newest commit looked at (applied or rejected)
 	statusMark string // engine version + sync generation last written
+	holds      []reconciler.Problem
+	problems   []reconciler.Problem
+	nextFire   map[string]time.Time
 }
 
 // Option configures a Hub.
@@ -108,6 +113,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	var err error
 	if h.validator, err = schema.New(); err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
+	}
+	if h.creds, err = openCredentials(cfg); err != nil {
+		return nil, err
 	}
 	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
 		return nil, err
@@ -389,51 +397,6 @@ func (h *Hub) setSync(f func(*fleetwave.SyncState)) {
 	}
 	h.mu.Unlock()
 	h.kick(h.statusNow)
-}
-
-// reconcileStep plans the snapshot in force against the observations and
-// hands the rollouts to the engine.
-func (h *Hub) reconcileStep(ctx context.Context) {
-	fence := h.currentFence()
-	h.mu.Lock()
-	snap := h.snapshot
-	h.mu.Unlock()
-	if fence == 0 || snap == nil {
-		return
-	}
-	start := time.Now()
-	defer func() { h.metrics.reconcileSecs.Observe(time.Since(start).Seconds()) }()
-	observedAt := h.clock.Now()
-	obs, err := h.eng.Observations(ctx)
-	if err != nil {
-		h.log.Warn().Err(err).Msg("read observations")
-		return
-	}
-	plan := reconciler.PlanSnapshot(snap, obs, observedAt)
-	for _, p := range plan.Problems {
-		h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance not planned")
-	}
-	if len(plan.Rollouts) == 0 {
-		return
-	}
-	actor := ""
-	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
-		actor = info.Email
-	}
-	for _, spec := range plan.Rollouts {
-		spec.Source.Actor = actor
-		spec.ObservedAt = observedAt
-		id, items, err := h.eng.CreateRollout(ctx, fence, spec)
-		if err != nil {
-			h.log.Warn().Err(err).Str("brc", spec.Source.Object.Name()).Msg("create rollout")
-			continue
-		}
-		if id != "" {
-			h.metrics.itemsCreated.Add(float64(len(items)))
-			h.log.Info().Str("rollout", id).Int("items", len(items)).Int64("generation", spec.Source.Generation).
-				Str("commit", spec.Source.Commit).Int("max_concurrent", spec.MaxConcurrent).Msg("rollout created")
-		}
-	}
 }
 
 func (h *Hub) engineStep(ctx context.Context) {

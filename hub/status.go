@@ -142,9 +142,32 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 		"sync":     syncDoc,
 		"rollouts": lines,
 	}
+	h.mu.Lock()
+	nextFire, holds, problems := h.nextFire, h.holds, h.problems
+	h.mu.Unlock()
+	var drift []reconciler.DriftEntry
 	if snap != nil {
 		summary["generations"] = generationSummary(snap, obs)
 		summary["nodes"] = len(snap.Nodes)
+		summary["reconcile_mode"] = snap.Config.ReconcileMode
+		drift = reconciler.Drift(snap, obs, h.clock.Now(), h.cfg.StaleAfter.D(), h.reconcilerOptions())
+	}
+	if len(nextFire) > 0 {
+		schedules := map[string]any{}
+		for name, t := range nextFire {
+			schedules[name] = map[string]any{"next_fire_at": t.UTC()}
+		}
+		summary["schedules"] = schedules
+	}
+	if m := h.manualOutcomes(ctx); len(m) > 0 {
+		summary["manual_requests"] = m
+	}
+	if len(holds) > 0 || len(problems) > 0 {
+		byReason := map[string]int{}
+		for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
+			byReason[p.Reason]++
+		}
+		summary["held_instances"] = byReason
 	}
 	// The highest generation ever given to each object: restored from here
 	// when the mirror is lost, so generations never go down.
@@ -157,25 +180,44 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 	}
 	files["status/summary.yaml"] = doc
 
-	for node, r := range obs {
-		type inst struct {
-			Block      string `json:"block"`
-			Version    string `json:"version,omitempty"`
-			ConfigHash string `json:"config_hash,omitempty"`
-			Generation int64  `json:"generation"`
-			State      string `json:"state,omitempty"`
-			ManagedBy  string `json:"managed_by,omitempty"`
+	nodes := map[string]bool{}
+	for id := range obs {
+		nodes[id] = true
+	}
+	if snap != nil {
+		for id := range snap.Nodes {
+			nodes[id] = true
 		}
-		var insts []inst
-		for _, in := range r.Instances {
-			insts = append(insts, inst{in.Block, in.Version, in.ConfigHash, in.Generation, string(in.State), in.ManagedBy})
-		}
-		sort.Slice(insts, func(i, j int) bool { return insts[i].Block < insts[j].Block })
-		ns := map[string]any{
-			"node":          node,
-			"agent_version": r.AgentVersion,
-			"capabilities":  r.Capabilities,
-			"instances":     insts,
+	}
+	type inst struct {
+		Block      string `json:"block"`
+		Version    string `json:"version,omitempty"`
+		ConfigHash string `json:"config_hash,omitempty"`
+		Generation int64  `json:"generation"`
+		State      string `json:"state,omitempty"`
+		ManagedBy  string `json:"managed_by,omitempty"`
+	}
+	type held struct {
+		Block   string `json:"block"`
+		Trigger string `json:"brc"`
+		Reason  string `json:"reason"`
+		Message string `json:"message,omitempty"`
+	}
+	heldByNode := map[string][]held{}
+	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
+		heldByNode[p.Node] = append(heldByNode[p.Node], held{p.Block, p.Trigger, p.Reason, p.Message})
+	}
+	for node := range nodes {
+		ns := map[string]any{"node": node, "instances": []inst{}}
+		if r := obs[node]; r != nil {
+			var insts []inst
+			for _, in := range r.Instances {
+				insts = append(insts, inst{in.Block, in.Version, in.ConfigHash, in.Generation, string(in.State), in.ManagedBy})
+			}
+			sort.Slice(insts, func(i, j int) bool { return insts[i].Block < insts[j].Block })
+			ns["agent_version"], ns["capabilities"], ns["instances"] = r.AgentVersion, r.Capabilities, insts
+		} else {
+			ns["reported"] = false
 		}
 		if snap != nil {
 			if n := snap.Nodes[node]; n != nil {
@@ -183,6 +225,13 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 			} else {
 				ns["unknown_node"] = true
 			}
+		}
+		if d := driftOf(drift, node); len(d) > 0 {
+			ns["drift"] = d
+		}
+		if hl := heldByNode[node]; len(hl) > 0 {
+			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].Trigger < hl[j].Block+hl[j].Trigger })
+			ns["held"] = hl
 		}
 		doc, err := toYAML(ns)
 		if err != nil {

@@ -101,15 +101,24 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 			return err
 		}
 	}
+	keyBuf := make([]byte, 32)
+	if _, err := rand.Read(keyBuf); err != nil {
+		return err
+	}
+	keyFile := filepath.Join(dir, "credentials.key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(keyBuf)+"\n"), 0o600); err != nil {
+		return err
+	}
 	cfg := hub.Config{
-		Repo:         hub.RepoConfig{URL: "file://" + remote, Branch: "main", PollInterval: hub.Duration(time.Second)},
-		Redis:        o.redis,
-		Listen:       o.listen,
-		DataDir:      filepath.Join(dir, "hub"),
-		Status:       hub.StatusConfig{Interval: hub.Duration(2 * time.Second)},
-		Agents:       hub.AgentsConfig{Tokens: hashes},
-		StepInterval: hub.Duration(100 * time.Millisecond),
-		HubID:        "demo-hub",
+		CredentialsKeyFile: keyFile,
+		Repo:               hub.RepoConfig{URL: "file://" + remote, Branch: "main", PollInterval: hub.Duration(time.Second)},
+		Redis:              o.redis,
+		Listen:             o.listen,
+		DataDir:            filepath.Join(dir, "hub"),
+		Status:             hub.StatusConfig{Interval: hub.Duration(2 * time.Second)},
+		Agents:             hub.AgentsConfig{Tokens: hashes},
+		StepInterval:       hub.Duration(100 * time.Millisecond),
+		HubID:              "demo-hub",
 	}
 	h, err := hub.New(ctx, cfg, hub.WithLogger(log))
 	if err != nil {
