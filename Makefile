@@ -6,7 +6,7 @@ LDFLAGS   := -X github.com/fleetwave/fleetwave.Version=$(VERSION)
 # tests never read the developer's git configuration
 GITENV    := GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
 
-.PHONY: all build test test-short demo vet fmt verify check clean
+.PHONY: all build test test-short demo bench vet fmt verify check clean
 
 all: build
 
@@ -23,6 +23,12 @@ test-short:
 ## demo: a whole fleet on this machine (embedded Redis, hub, 12 agents, console on :8080)
 demo: build
 	./$(BIN) demo
+
+## bench: the benchmark reports (engine, git write-back, reconciler, schema) with their baselines
+## (redis-benchmark, the git CLI, cue vet when installed); figures are printed, never asserted
+bench:
+	FLEETWAVE_BENCH=1 $(GITENV) $(GO) test -count=1 -timeout 30m -run 'TestBench|Figure' -v \
+		./engine/ ./gitsync/ ./reconciler/ ./schema/ | grep -v -e '^=== ' -e '^--- PASS' -e '^PASS$$'
 
 vet:
 	$(GO) vet ./...
