@@ -69,7 +69,7 @@
 //
 // # Following changes
 //
-// Watch notices pushes to a local remote through inotify on its git
+// Watch notices pushes to a local remote through fsnotify (inotify on Linux) on its git
 // directory (HEAD, packed-refs, refs/), debounced; remote URLs get
 // ErrWatchUnsupported and are polled, or woken by a webhook the API checks
 // with VerifyWebhook and WebhookBranch.

@@ -34,7 +34,8 @@ const (
 // changed). A kernel queue overflow also calls notify.
 //
 // Watch returns an error wrapping ErrWatchUnsupported at once for remote
-// URLs and on platforms without inotify, and another error when the watch
+// URLs and on platforms without file notifications (fsnotify: inotify,
+// kqueue, ReadDirectoryChangesW, FEN), and another error when the watch
 // cannot be set up (missing directory, watch limits). Keep a slow poll as a
 // safety net anyway: notifications are not delivered on network
 // filesystems. notify runs on Watch's goroutine and must not block for
