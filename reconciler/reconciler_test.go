@@ -174,6 +174,7 @@ func TestRenderSandbox(t *testing.T) {
 		{"macros are refused", `{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}`, "macro"},
 		{"undefined names fail", `{{ nope }}`, "nope"},
 		{"huge output is cut", `{% for i in range(2000) %}{{ "a" * 1000 }}{% endfor %}`, "exceeds"},
+		{"deep nesting is refused before parsing", "{{ " + strings.Repeat("(", 30000) + "1" + strings.Repeat(")", 30000) + " }}", "nest"},
 		{"unbounded loops hit the budget", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, "budget"},
 	}
 	for _, tt := range tests {

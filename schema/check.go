@@ -226,6 +226,11 @@ func checkObject(p string, data cue.Value, obj any) []fleetwave.FileError {
 			c.errorf(fld("max_concurrent_percent"), "set together with max_concurrent, expected only one of them")
 		}
 		c.selector("selector", o.Selector)
+		if o.BlockConfigTemplate != "" {
+			if msg := checkTemplate(o.BlockConfigTemplate); msg != "" {
+				c.errorf(fld("block_config_template"), "invalid Jinja2 template: %s", msg)
+			}
+		}
 	case *fleetwave.Block:
 		for _, name := range sortedKeys(o.Actions) {
 			a := o.Actions[name]

@@ -16,8 +16,11 @@
 //     every value keeps its file:line:col. A .cue object file must be plain
 //     data (fields, structs, lists, literals): references, comprehensions,
 //     interpolations and imports are refused, which bounds evaluation by the
-//     file size (together with WithMaxFileSize and the YAML decoder's alias
-//     expansion limit).
+//     file size (together with WithMaxFileSize). Nesting deeper than
+//     MaxNestingDepth is refused before the recursive parsers run (they
+//     would end the process with a fatal stack overflow), and a YAML file
+//     whose aliases expand beyond the file size limit is refused before
+//     CUE's decoder expands them (billion laughs).
 //  2. Per file. The `kind` must match the folder; the data is unified with
 //     the closed CUE definition of its kind (schema/cue/fleetwave.cue,
 //     embedded and compiled once in New) and validated as concrete; `name`

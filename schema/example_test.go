@@ -25,8 +25,8 @@ func TestExampleFleetLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadDir(examples/fleet):\n%v", err)
 	}
-	if got := len(snap.Nodes); got != 12 {
-		t.Errorf("nodes = %d, want 12", got)
+	if got := len(snap.Nodes); got != 30 {
+		t.Errorf("nodes = %d, want 30", got)
 	}
 	for _, id := range snap.SortedNodeIDs() {
 		if !strings.HasPrefix(id, "edge-") {
@@ -36,10 +36,10 @@ func TestExampleFleetLoads(t *testing.T) {
 	if got, want := len(snap.Blocks), 4; got != want {
 		t.Errorf("blocks = %d, want %d", got, want)
 	}
-	if got, want := len(snap.Organizations), 2; got != want {
+	if got, want := len(snap.Organizations), 3; got != want {
 		t.Errorf("organizations = %d, want %d", got, want)
 	}
-	if got, want := len(snap.Workspaces), 3; got != want {
+	if got, want := len(snap.Workspaces), 6; got != want {
 		t.Errorf("workspaces = %d, want %d", got, want)
 	}
 	if snap.Generations != nil || snap.Commit != "" {
@@ -92,11 +92,22 @@ func TestExampleFleetLoads(t *testing.T) {
 	if got := snap.Workspaces["globex-prod"].Criticality; got != "" {
 		t.Errorf("workspace criticality must stay empty (inherit), got %q", got)
 	}
+	oi := snap.Triggers["operator-initech"]
+	if oi == nil || len(oi.TargetOrganizations) != 1 || oi.Selector.MatchExpressions[0].Operator != "notin" || oi.MaxConcurrentPercent != 34 || oi.MaintenanceWindow != "hourly" {
+		t.Errorf("operator-initech decoded as %+v", oi)
+	}
+	sb := snap.Triggers["loadbalancer-standby"]
+	if sb == nil || sb.DesiredState != fleetwave.StateStopped || !sb.AutoTakeover || sb.Selector.MatchExpressions[0].Operator != "exists" {
+		t.Errorf("loadbalancer-standby decoded as %+v", sb)
+	}
+	if r := snap.Rollouts["restart-frontends"]; r == nil || r.Selector.Empty() || r.ActionName != "restart" {
+		t.Errorf("rollout request decoded as %+v", r)
+	}
 	obj, ok := snap.Objects["node/edge-09"]
 	if !ok || obj.Path != "nodes/edge-09.json" || len(obj.Hash) != 64 {
 		t.Errorf("Objects[node/edge-09] = %+v", obj)
 	}
-	if got, want := len(snap.Objects), 1+5+4+12+2+3; got != want {
+	if got, want := len(snap.Objects), 1+7+4+30+3+6+1; got != want {
 		t.Errorf("objects = %d, want %d", got, want)
 	}
 }

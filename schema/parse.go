@@ -2,7 +2,6 @@ package schema
 
 import (
 	"bytes"
-	"cuelang.org/go/cue/cuecontext"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -12,6 +11,7 @@ import (
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/parser"
 	"cuelang.org/go/cue/token"
@@ -29,9 +29,16 @@ func newContext() (*cue.Context, error) {
 // parseFile parses one object file into a CUE file of plain data. It returns
 // FileErrors (never a plain error) for syntax errors and for CUE that is not
 // plain data.
-func parseFile(p string, data []byte) (*ast.File, []fleetwave.FileError) {
+//
+// Parsing is bounded: nesting deeper than MaxNestingDepth is refused (before
+// the recursive CUE parser runs, for CUE and JSON), and so is a YAML file
+// whose aliases expand to more than maxSize bytes of data.
+func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.FileError) {
 	switch path.Ext(p) {
 	case ".cue":
+		if errs := checkTokenDepth(p, data); len(errs) > 0 {
+			return nil, errs
+		}
 		f, err := parser.ParseFile(p, data)
 		if err != nil {
 			return nil, syntaxErrors(p, "CUE", err)
@@ -41,9 +48,22 @@ func parseFile(p string, data []byte) (*ast.File, []fleetwave.FileError) {
 		}
 		return f, nil
 	case ".yaml", ".yml":
+		// CUE's decoder copies every alias into a fresh subtree: measure the
+		// expanded size first, without expanding, when the file has aliases.
+		if bytes.IndexByte(data, '*') >= 0 && bytes.IndexByte(data, '&') >= 0 {
+			if size, ok := yamlExpandedSize(data); ok && size > maxSize {
+				return nil, []fleetwave.FileError{{Path: p, Line: 1, Col: 1, Msg: fmt.Sprintf("YAML aliases expand this file to about %d bytes, expected at most %d (the file size limit)", size, maxSize)}}
+			}
+		}
 		f, err := cueyaml.Extract(p, data)
 		if err != nil {
 			return nil, syntaxErrors(p, "YAML", err)
+		}
+		if errs := checkTree(p, f, maxSize); len(errs) > 0 {
+			return nil, errs
+		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			return nil, []fleetwave.FileError{{Path: p, Msg: "empty file, expected one object (a mapping with kind and name)"}}
 		}
 		if len(f.Decls) == 1 {
 			if e, ok := f.Decls[0].(*ast.EmbedDecl); ok {
@@ -56,6 +76,9 @@ func parseFile(p string, data []byte) (*ast.File, []fleetwave.FileError) {
 		}
 		return f, nil
 	case ".json":
+		if errs := checkTokenDepth(p, data); len(errs) > 0 {
+			return nil, errs
+		}
 		x, err := cuejson.Extract(p, data)
 		if err != nil {
 			return nil, syntaxErrors(p, "JSON", err)
@@ -202,7 +225,7 @@ func Normalize(p string, data []byte) (out []byte, err error) {
 			out, err = nil, fmt.Errorf("normalize %s: internal error: %v", p, r)
 		}
 	}()
-	f, errs := parseFile(p, data)
+	f, errs := parseFile(p, data, DefaultMaxFileSize)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("normalize: %w", &fleetwave.ValidationError{Errors: errs})
 	}

@@ -223,7 +223,7 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 	if int64(len(data)) > v.opts.maxFileSize {
 		return nil, []fleetwave.FileError{{Path: p, Msg: fmt.Sprintf("file is %d bytes, expected at most %d", len(data), v.opts.maxFileSize)}}
 	}
-	f, errs := parseFile(p, data)
+	f, errs := parseFile(p, data, v.opts.maxFileSize)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -392,11 +392,35 @@ func cueErrors(p string, data cue.Value, err error) []fleetwave.FileError {
 		}
 		for _, m := range g.msgs {
 			fe := g.fe
-			fe.Msg = prefix + m
+			fe.Msg = prefix + friendlier(m, describe(lookup(data, g.sel)))
 			out = append(out, fe)
 		}
 	}
 	return out
+}
+
+var (
+	mismatched = regexp.MustCompile(`^conflicting values (.+?) and (.+?) \(mismatched types (\w+) and (\w+)\)$`)
+	nameBound  = `(out of bound =~"` + nameRE.String() + `")`
+)
+
+// friendlier rewrites the CUE messages users meet most often in terms of
+// the file: a type mismatch names the value found and the type expected, and
+// a name that fails the #Name pattern says what a name is instead of
+// quoting the regular expression.
+func friendlier(msg, found string) string {
+	if m := mismatched.FindStringSubmatch(msg); m != nil {
+		switch found {
+		case m[1]:
+			return fmt.Sprintf("found %s (%s), expected %s", m[1], m[3], m[4])
+		case m[2]:
+			return fmt.Sprintf("found %s (%s), expected %s", m[2], m[4], m[3])
+		}
+	}
+	if v, ok := strings.CutSuffix(msg, " "+nameBound); ok && strings.HasPrefix(v, "invalid value ") {
+		return v + ", expected a DNS-label-like name (lowercase letters, digits and '-', 1-63 chars, starting and ending with a letter or digit)"
+	}
+	return msg
 }
 
 // lookup returns the value at a path of selectors (strings or ints).

@@ -36,14 +36,14 @@ func demoCmd(stdout io.Writer, newLogger func(zerolog.Level, bool) zerolog.Logge
 	var o demoOptions
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run a whole fleet on this machine: a config repo from examples/, embedded Redis, the hub and a dozen agents",
+		Short: "Run a whole fleet on this machine: a config repo from examples/, embedded Redis, the hub and one agent per node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), o, stdout, newLogger(zerolog.WarnLevel, true))
 		},
 	}
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "console and API address")
-	cmd.Flags().IntVar(&o.agents, "agents", 12, "number of local agents (one per example node)")
+	cmd.Flags().IntVar(&o.agents, "agents", 0, "number of local agents, one per example node (default: every node)")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "working directory (default: a new temporary directory)")
 	cmd.Flags().DurationVar(&o.duration, "for", 0, "stop after this long (default: until Ctrl-C)")
 	cmd.Flags().StringVar(&o.redis, "redis", "embedded", "redis: embedded (default here), managed, or a redis:// URL")
@@ -81,8 +81,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 	}
 
 	nodes := snap.SortedNodeIDs()
-	if o.agents < len(nodes) {
-		nodes = nodes[:max(o.agents, 0)]
+	if o.agents > 0 && o.agents < len(nodes) {
+		nodes = nodes[:o.agents]
 	}
 	tokens := map[string]string{}
 	hashes := map[string]string{}
