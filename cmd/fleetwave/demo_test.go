@@ -131,3 +131,19 @@ func TestServeRequiresAConfigAndRunsFromOne(t *testing.T) {
 		t.Fatalf("serve without --config: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+func TestSchemaExportAndGenFleet(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"schema", "export", "--jsonschema"}, &out, &errb); code != 0 || !strings.Contains(out.String(), `"$defs"`) || !strings.Contains(out.String(), "block_config_template") {
+		t.Fatalf("schema export: exit %d\n%.300s%s", code, out.String(), errb.String())
+	}
+	dir := filepath.Join(t.TempDir(), "gen")
+	out.Reset()
+	if code := run(context.Background(), []string{"dev", "gen-fleet", "--nodes", "50", "--brcs", "5", "--blocks", "3", dir}, &out, &errb); code != 0 {
+		t.Fatalf("gen-fleet: exit %d %s", code, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"validate", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "50 nodes") {
+		t.Fatalf("validate generated fleet: exit %d %s", code, out.String())
+	}
+}

@@ -92,6 +92,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		planCmd(stdout),
 		statusCmd(stdout),
 		rolloutCmd(stdout),
+		schemaCmd(stdout),
+		devCmd(stdout),
 		initCmd(stdout),
 		serveCmd(newLogger),
 		agentCmd(newLogger),
