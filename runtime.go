@@ -130,6 +130,12 @@ type ItemSpec struct {
 	// BypassWindows dispatches regardless of windows (manual and approval
 	// sources, bypass_maintenance_window).
 	BypassWindows bool `json:"bypass_windows,omitempty"`
+	// Group ties the items of one split (multi-node) action: they are
+	// dispatched all together or not at all. Empty = a single-node item.
+	Group string `json:"group,omitempty"`
+	// Requires lists capabilities the node must advertise (in its last full
+	// report) for the item to be placed; for a group, every node of it.
+	Requires []string `json:"requires,omitempty"`
 	// SkipReason creates the item directly as skipped with this reason
 	// (e.g. cli_managed), so the conflict is visible and counted.
 	SkipReason string `json:"skip_reason,omitempty"`
