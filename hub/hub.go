@@ -163,6 +163,15 @@ func (h *Hub) Addr() string { return h.listener.Addr().String() }
 // Engine exposes the engine (for tests and the demo's summary line).
 func (h *Hub) Engine() *engine.Engine { return h.eng }
 
+// ManagedRedisPID is the process id of the supervised redis-server (0 when
+// Redis is not managed by this hub).
+func (h *Hub) ManagedRedisPID() int {
+	if h.redis.managed == nil {
+		return 0
+	}
+	return h.redis.managed.Pid()
+}
+
 // RedisClient exposes the Redis client.
 func (h *Hub) RedisClient() redis.UniversalClient { return h.redis.client }
 

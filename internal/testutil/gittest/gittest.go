@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The identity and date of every commit the harness makes.
@@ -105,12 +106,15 @@ func Push(t testing.TB, url string, files map[string]string, deletes []string, m
 	Git(t, work, "add", "-A")
 	Git(t, work, "commit", "--quiet", "--allow-empty", "-m", msg)
 	var lastErr string
-	for range 5 {
+	// like a person racing other pushers (and the hub's status commits):
+	// rebase and push again, with a little jittered pause
+	for i := range 30 {
 		out, err := run(work, "push", "--quiet", "origin", "HEAD:main")
 		if err == nil {
 			return Git(t, work, "rev-parse", "HEAD")
 		}
 		lastErr = out
+		time.Sleep(time.Duration(i*7%50) * time.Millisecond)
 		Git(t, work, "pull", "--quiet", "--rebase", "origin", "main")
 	}
 	t.Fatalf("git push to %s kept failing: %s", url, lastErr)

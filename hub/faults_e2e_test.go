@@ -1,0 +1,105 @@
+package hub_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+)
+
+// TestManagedRedisKilledMidRollout: the supervised redis-server is killed
+// (SIGKILL) while a rollout runs; it is restarted from its AOF and the
+// rollout finishes with nothing lost and nothing run twice.
+func TestManagedRedisKilledMidRollout(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	lockDir := t.TempDir()
+	remote := gittest.NewRemote(t, fleet(lockDir))
+	f := startFleet(t, remote, "managed", []string{"n1", "n2", "n3"})
+	gittest.Push(t, remote, map[string]string{"brc/web.cue": webBRC}, nil, "Roll out web 1.0.0")
+
+	// wait for the first item to complete, then kill Redis
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, _, err := f.hub.Engine().Rollout(context.Background(), "web-g1")
+		if err == nil && r.Counters.Done >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rollout did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pid := f.hub.ManagedRedisPID()
+	if pid == 0 {
+		t.Fatal("no managed redis-server")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
+	if f.hub.ManagedRedisPID() == pid {
+		t.Fatal("redis-server was not restarted")
+	}
+	if r.Counters.Done != 3 || r.Counters.Total != 3 {
+		t.Fatalf("counters after the crash = %+v, items %+v", r.Counters, items)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		runs, _ := os.ReadFile(filepath.Join(f.stateDir(n), "blocks", "web", "runs"))
+		if string(runs) != "run\n" {
+			t.Fatalf("%s ran %q, want exactly one run", n, runs)
+		}
+	}
+}
+
+// TestHumanPushesAreNeverLostWhileTheHubWritesStatus: people push while
+// the hub commits status to the same branch; every human commit survives.
+func TestHumanPushesAreNeverLostWhileTheHubWritesStatus(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	remote := gittest.NewRemote(t, dbFleet())
+	f := startFleet(t, remote, "embedded", []string{"n1", "n2", "n3"})
+	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	var wg sync.WaitGroup
+	const pushers, each = 3, 4
+	for p := range pushers {
+		wg.Go(func() {
+			for i := range each {
+				// each push changes the fleet (a new node label), so the hub
+				// writes status in between
+				gittest.Push(t, remote, map[string]string{
+					fmt.Sprintf("organizations/org-%d-%d.cue", p, i): fmt.Sprintf("kind: \"organization\"\nname: \"org-%d-%d\"\n", p, i),
+				}, nil, fmt.Sprintf("human %d.%d", p, i))
+			}
+		})
+	}
+	wg.Wait()
+	// the hub writes status on top of the last human commit; every human
+	// commit is in the first-parent history
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.HasPrefix(gittest.Log(t, remote)[0], "status: ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no status commit after the last human push: %v", gittest.Log(t, remote)[:3])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log := strings.Join(gittest.Log(t, remote), "\n")
+	for p := range pushers {
+		for i := range each {
+			if !strings.Contains(log, fmt.Sprintf("human %d.%d", p, i)) {
+				t.Fatalf("human commit %d.%d lost:\n%s", p, i, log)
+			}
+		}
+	}
+	if !strings.Contains(log, "status: ") {
+		t.Fatalf("no status commit in:\n%s", log)
+	}
+}
