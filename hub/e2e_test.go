@@ -173,7 +173,26 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 type runningFleet struct {
 	hub  *hub.Hub
 	dir  string
+	logs *lockedBuffer // every log line of the hub and the agents
 	stop func()
+}
+
+// lockedBuffer collects log lines from many goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (f *runningFleet) stateDir(node string) string { return filepath.Join(f.dir, node) }
@@ -190,16 +209,22 @@ func startFleetWith(t *testing.T, remote, redisURL string, nodes []string, clk c
 	for _, n := range nodes {
 		tokens[n] = hub.HashToken("token-" + n)
 	}
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	logs := &lockedBuffer{}
+	log := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.DebugLevel)
+	keyFile := filepath.Join(dir, "credentials.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := hub.Config{
-		Repo:         hub.RepoConfig{URL: remote, Branch: "main", PollInterval: hub.Duration(100 * time.Millisecond)},
-		Redis:        redisURL,
-		Listen:       "127.0.0.1:0",
-		DataDir:      filepath.Join(dir, "hub"),
-		Status:       hub.StatusConfig{Interval: hub.Duration(200 * time.Millisecond)},
-		Agents:       hub.AgentsConfig{Tokens: tokens},
-		StepInterval: hub.Duration(50 * time.Millisecond),
-		HubID:        "test-hub",
+		CredentialsKeyFile: keyFile,
+		Repo:               hub.RepoConfig{URL: remote, Branch: "main", PollInterval: hub.Duration(100 * time.Millisecond)},
+		Redis:              redisURL,
+		Listen:             "127.0.0.1:0",
+		DataDir:            filepath.Join(dir, "hub"),
+		Status:             hub.StatusConfig{Interval: hub.Duration(200 * time.Millisecond)},
+		Agents:             hub.AgentsConfig{Tokens: tokens},
+		StepInterval:       hub.Duration(50 * time.Millisecond),
+		HubID:              "test-hub",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := []hub.Option{hub.WithLogger(log)}
@@ -229,7 +254,7 @@ func startFleetWith(t *testing.T, remote, redisURL string, nodes []string, clk c
 			}
 		})
 	}
-	f := &runningFleet{hub: h, dir: dir}
+	f := &runningFleet{hub: h, dir: dir, logs: logs}
 	f.stop = func() { cancel(); wg.Wait(); h.Close() }
 	t.Cleanup(f.stop)
 	return f

@@ -132,10 +132,15 @@ func Plan(ctx context.Context, dir, branch, base, head string, now time.Time) (*
 		}
 		obs = observationsFromStatus(status)
 	}
-	headPlan := reconciler.PlanSnapshot(headSnap, obs, now)
+	// plan never sees credentials: templates get a stable placeholder, so
+	// instances are compared between base and head, never with real values
+	opts := reconciler.Options{Credential: func(scope, name string, _ int) (string, error) {
+		return "(credential " + scope + "/" + name + ")", nil
+	}}
+	headPlan := reconciler.PlanWith(headSnap, obs, now, opts)
 	already := map[string]bool{}
 	if baseSnap != nil {
-		for _, r := range reconciler.PlanSnapshot(baseSnap, obs, now).Rollouts {
+		for _, r := range reconciler.PlanWith(baseSnap, obs, now, opts).Rollouts {
 			for _, it := range r.Items {
 				already[itemKey(it)] = true
 			}
