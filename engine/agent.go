@@ -70,7 +70,11 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 // Errors: ErrUnknownAttempt, ErrWrongNode (the attempt of another node),
 // ErrStaleAttempt (not the item's current attempt, item no longer in
 // progress, or another fence), ErrInvalidResult. The rollout completes when
-// all its items are terminal.
+// all its items are terminal. When the result leaves its lane's current
+// wave with nothing in flight, the lane's next wave starts in the same
+// script, as Step would start it, under the fence of the current lease (not
+// when the lease expired, nor when the wave would hold an item bound by
+// maintenance windows: Step decides those).
 func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.AttemptResult) error {
 	switch res.Class {
 	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
@@ -85,8 +89,9 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 		}
 		inst, instAt = string(b), res.Instance.UpdatedAt.UnixMilli()
 	}
-	status, _, err := e.run(ctx, "complete", "", e.nowMS(), node, res.AttemptID, fenceArg(res.Fence),
-		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst, max(instAt, 0))
+	status, rest, err := e.run(ctx, "complete", "", e.nowMS(), node, res.AttemptID, fenceArg(res.Fence),
+		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst, max(instAt, 0),
+		e.grace.Milliseconds(), DefaultActionTimeout.Milliseconds(), batchLimit)
 	if err != nil {
 		return err
 	}
@@ -107,6 +112,11 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	}
 	ev.Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).
 		Int("exit_code", res.ExitCode).Msg("attempt finished")
+	if len(rest) > 1 {
+		if n := asInt(rest[1]); n > 0 {
+			e.log.Info().Str("attempt", res.AttemptID).Int64("dispatched", n).Msg("next wave started")
+		}
+	}
 	return nil
 }
 

@@ -18,6 +18,17 @@
 // Report) are not fenced: they are checked against the attempt instead (its
 // node, its fence, and whether it is still its item's current attempt).
 //
+// The fence never goes back, even when Redis restarts without its data
+// (DESIGN §6; a new epoch after any restart): Campaign raises a missing or
+// lower epoch to a floor (the highest of WithFenceFloor's answer, e.g. the
+// fences of the status commits in Git, and the highest fence this Engine
+// held) so the new fence is above it, and it records the server's run_id
+// (INFO server; skipped when the server does not answer it): when the
+// run_id changed since this Engine's last Campaign or Renew, Renew drops
+// the lease (ErrNotLeader) and Campaign grants a new one with a higher
+// fence even to the holder, so attempts dispatched before the restart
+// carry an older fence.
+//
 // # Keys
 //
 // All keys start with "fw{p}:" (p is the prefix, default "fleetwave"), so
@@ -34,6 +45,7 @@
 //	r:<id>:lanes           hash lane (managed_by) -> the lane's current wave
 //	r:<id>:p:<lane>        zset of the lane's pending item ids by position
 //	r:<id>:f:<lane>        set of the lane's in_progress, retrying and ambiguous items
+//	r:<id>:g:<group>       list of the item ids of a split group (ItemSpec.Group)
 //	r:<id>:history         list of operator actions (JSON: action, actor, at, from, to)
 //	wsets                  hash window set id -> its windows (JSON; content-addressed)
 //	i:<item>               hash: the item (no payload)
@@ -110,7 +122,29 @@
 // the first max_concurrent pending items in dispatch order (the caller's
 // priority order; an item made pending again keeps its position) whose
 // window is open get an attempt each. A lane therefore never has more than
-// max_concurrent items in flight. An item counts as done when its agent reports success, or when
+// max_concurrent items in flight (except a split group larger than
+// max_concurrent, which runs alone in its wave). The result (Complete) that
+// leaves a lane's wave with nothing in flight starts the lane's next wave
+// in the same script, under the current lease's fence, so agents do not
+// wait for the next Step; it leaves the wave to Step when the lease expired
+// or the wave would hold an item bound by windows (only Step knows them).
+//
+// # Placement
+//
+// Placement fails closed (DESIGN §6). Before an item with Requires or a
+// Group is dispatched, the last full report of its node (obs) must
+// advertise every requirement: a capability, or "address:<name>" for
+// DataAddresses[<name>]; a node that never reported lacks everything. A
+// split group (the items of one rollout with the same Group) is checked on
+// every node of the group against the union of its members' requirements
+// and leaves pending all together in one Step, its items counting together
+// against max_concurrent: when the wave cannot take the whole group it
+// waits (lane_full) for the next one. When a node lacks a requirement, the
+// item, or every item of the group, is blocked with reason
+// placement_rejected before any attempt exists; the instance's last
+// outcome then keeps the same generation and config from being planned
+// again (a newer generation is). CreateRollout creates a group whole or not
+// at all. Retries are not checked again: the group has started. An item counts as done when its agent reports success, or when
 // a later full report shows its instance at the item's generation and
 // config hash.
 package engine

@@ -54,6 +54,12 @@ const (
 	DefaultActionTimeout = 10 * time.Minute
 )
 
+// ReasonPlacementRejected is the reason of an item blocked before dispatch
+// because its node (or a node of its split group) does not advertise one of
+// its requirements in its last full report. It is permanent until a newer
+// generation.
+const ReasonPlacementRejected = "placement_rejected"
+
 // batchLimit bounds the deadlines and retries one Step handles, so a script
 // never runs long; Step is re-entrant and the rest waits for the next call.
 const batchLimit = 1000
@@ -72,6 +78,7 @@ type options struct {
 	grace       time.Duration
 	backoffBase time.Duration
 	backoffMax  time.Duration
+	floor       func(ctx context.Context) (int64, error)
 }
 
 // Option configures an Engine.
@@ -101,6 +108,15 @@ func WithBackoff(base, max time.Duration) Option {
 	return func(o *options) { o.backoffBase, o.backoffMax = base, max }
 }
 
+// WithFenceFloor sets where Campaign learns the highest fence ever used
+// outside Redis (e.g. the fence trailers of the status commits in Git).
+// When the epoch is missing (Redis lost its data) or lower than that floor,
+// Campaign raises it so the new fence is floor+1 or more: a fence never goes
+// back across a Redis restart or loss. An error of floor fails Campaign.
+func WithFenceFloor(floor func(ctx context.Context) (int64, error)) Option {
+	return func(o *options) { o.floor = floor }
+}
+
 // Engine is the Redis wave scheduler. It is safe for concurrent use.
 type Engine struct {
 	rdb     redis.UniversalClient
@@ -114,6 +130,14 @@ type Engine struct {
 
 	mu  sync.Mutex // guards rnd
 	rnd *rand.Rand
+
+	floor func(ctx context.Context) (int64, error)
+	lmu   sync.Mutex // guards runID, maxFence
+	// runID is the Redis run_id seen at the last Campaign or Renew ("" =
+	// unknown); maxFence the highest fence this Engine held. Both let
+	// Campaign detect a Redis restart and never hand out an older fence.
+	runID    string
+	maxFence int64
 
 	wmu   sync.Mutex            // guards wsets
 	wsets map[string]*windowSet // parsed window sets by id
@@ -159,6 +183,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		keyBase: kb,
 		keys:    []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
 		rnd:     o.rnd,
+		floor:   o.floor,
 		scripts: map[string]*redis.Script{},
 		wsets:   map[string]*windowSet{},
 	}

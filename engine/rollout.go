@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/fleetwave/fleetwave"
 )
 
 // itemFields is the number of script arguments per item of CreateRollout.
-const itemFields = 14
+const itemFields = 16
 
 // CreateRollout records a rollout and its items in one atomic script, under
 // fence. Items are dispatched in the order given (the caller sorts them by
@@ -25,7 +26,14 @@ const itemFields = 14
 //     generation);
 //   - a spec is skipped when an item of the instance at the spec's
 //     generation or newer finished at or after spec.ObservedAt: the
-//     observations behind the plan predate that result.
+//     observations behind the plan predate that result;
+//   - the specs of one split group (ItemSpec.Group, within the rollout) are
+//     created all or none: when one of them is skipped by the rules above,
+//     all are (a spec with a SkipReason is recorded but takes no part in
+//     its group's dispatch).
+//
+// Items with a Group or Requires are placed by Step (see placement_rejected
+// in the package doc).
 //
 // The id is spec.BaseID, or BaseID-2, -3, ... when taken. When no item
 // remains nothing is created and id is "". ErrStaleFence when fence is not
@@ -62,7 +70,8 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 		}
 		itemArgs = append(itemArgs, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
 			it.ConfigHash, string(it.DesiredState), it.ManagedBy, string(it.Criticality),
-			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, it.SkipReason)
+			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, it.SkipReason,
+			it.Group, strings.Join(it.Requires, "\n"))
 	}
 	args := make([]any, 0, 10+2*len(sets)+len(itemArgs))
 	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
@@ -154,6 +163,8 @@ func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
 			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("attempt not delivered before deadline")
 		case "ambiguous":
 			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("attempt result lost")
+		case ReasonPlacementRejected:
+			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("placement rejected: a node lacks a required capability or data address")
 		}
 	}
 	return res, nil

@@ -1,7 +1,13 @@
 -- complete: ARGV[4] node, [5] attempt id, [6] attempt fence, [7] class,
 -- [8] exit code, [9] backoff base ms, [10] backoff max ms, [11] jitter,
--- [12] observed instance json ("" = none), [13] its updated_at (agent ms).
--- Returns {'ok', rollouts completed} or {'unknown_attempt'|'wrong_node'|'stale_attempt'}.
+-- [12] observed instance json ("" = none), [13] its updated_at (agent ms),
+-- [14] delivery grace ms, [15] default action timeout ms, [16] scan limit.
+-- When the result empties its lane's current wave, the lane's next wave
+-- starts here (lane_wave) under the leader's fence, so agents need not wait
+-- for the next Step; that only happens while the lease is valid, and never
+-- when the wave would hold a windowed item (Step knows the windows).
+-- Returns {'ok', rollouts completed, attempts dispatched} or
+-- {'unknown_attempt'|'wrong_node'|'stale_attempt'}.
 local node, aid = ARGV[4], ARGV[5]
 local class = ARGV[7]
 local a = hgetall(k_a(aid))
@@ -35,5 +41,17 @@ else
   redis.call('HSET', k_i(it.id), 'last_class', 'permanent')
   done = finish(it, 'blocked', 'permanent_failure')
 end
+if done == 0 then
+  local lease = redis.call('HMGET', KEYS[2], 'fence', 'expires_at')
+  if lease[1] and lease[1] == redis.call('GET', KEYS[1]) and num(lease[2]) > NOW then
+    local r = hgetall(k_r(it.rollout))
+    if r.status == 'active' then
+      WV.fence = lease[1]
+      WV.grace, WV.def_timeout, WV.limit = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+      lane_wave(it.rollout, r, it.managed_by)
+      done = WV.completed
+    end
+  end
+end
 bump()
-return { 'ok', done }
+return { 'ok', done, WV.dispatched }

@@ -2,15 +2,18 @@
 -- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
 -- [10] source user, [11] item count, [12] observed_at ms (0 = unknown),
 -- [13] window set count k, then k pairs (window set id, definition json),
--- then 14 fields per item:
+-- then 16 fields per item:
 -- node, block, action, generation, target_version, config_hash,
 -- desired_state, managed_by, criticality, one_shot, timeout_ms, payload,
--- window set id ('' = always open), skip reason ('' = none).
+-- window set id ('' = always open), skip reason ('' = none), split group
+-- ('' = none), requirements (newline-separated).
+-- A split group is created whole or not at all: when one of its (not
+-- skipped) specs would not be created, none of them is.
 -- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
 if not check_fence() then
   return { 'stale_fence' }
 end
-local NF = 14
+local NF = 16
 local n = tonumber(ARGV[11])
 local observed_at = tonumber(ARGV[12]) or 0
 local nws = tonumber(ARGV[13])
@@ -50,6 +53,63 @@ local function open_rollout()
   out[2] = rid
 end
 
+-- decide says whether a spec is created, and which pending item of an
+-- older generation it supersedes, or whether the instance's active pointer
+-- dangles (heal). It changes nothing.
+local function decide(inst, gen, hash, skip)
+  if skip ~= '' then
+    -- a skipped item never occupies the instance; the same skip of the
+    -- same generation and config is recorded once
+    if (inst.skip_reason or '') == skip and num(inst.skip_gen) == gen
+        and (inst.skip_hash or '') == hash then
+      return false
+    elseif inst.active then
+      local cur = hgetall(k_i(inst.active))
+      if not cur.status or not ACTIVE[cur.status] then
+        return true, nil, true
+      elseif num(cur.generation) >= gen then
+        return false -- already covered by a newer plan
+      elseif cur.status == 'pending' then
+        return true, cur
+      end
+    end
+    return true
+  end
+  if inst.active then
+    local cur = hgetall(k_i(inst.active))
+    if not cur.status or not ACTIVE[cur.status] then
+      return true, nil, true -- dangling pointer: heal
+    elseif num(cur.generation) >= gen then
+      return false -- already covered
+    elseif cur.status == 'pending' then
+      return true, cur
+    end
+    return false -- an older attempt is running: let it finish first
+  elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
+      and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
+    return false -- needs a newer generation
+  elseif observed_at > 0 and num(inst.last_at) >= observed_at
+      and num(inst.last_gen) >= gen then
+    -- an item of this generation finished after the observations behind
+    -- the plan were read: the plan is stale, the next one decides
+    return false
+  end
+  return true
+end
+
+-- groups: one member that cannot be created holds back the whole group
+local veto = {}
+for i = 0, n - 1 do
+  local b = HEAD + i * NF
+  local grp = ARGV[b + 15]
+  if grp ~= '' and ARGV[b + 14] == '' and not veto[grp] then
+    local inst = hgetall(k_inst(ARGV[b + 1], ARGV[b + 2]))
+    if not decide(inst, tonumber(ARGV[b + 4]), ARGV[b + 6], '') then
+      veto[grp] = true
+    end
+  end
+end
+
 for i = 0, n - 1 do
   local b = HEAD + i * NF
   local node, block = ARGV[b + 1], ARGV[b + 2]
@@ -57,46 +117,21 @@ for i = 0, n - 1 do
   local hash = ARGV[b + 6]
   local lane = ARGV[b + 8]
   local skip = ARGV[b + 14]
-  local ik = k_inst(node, block)
-  local inst = hgetall(ik)
-  local create = true
+  local grp = ARGV[b + 15]
   if skip ~= '' then
-    -- a skipped item never occupies the instance; the same skip of the
-    -- same generation and config is recorded once
-    if (inst.skip_reason or '') == skip and num(inst.skip_gen) == gen
-        and (inst.skip_hash or '') == hash then
-      create = false
-    elseif inst.active then
-      local cur = hgetall(k_i(inst.active))
-      if not cur.status or not ACTIVE[cur.status] then
-        redis.call('HDEL', ik, 'active')
-      elseif num(cur.generation) >= gen then
-        create = false -- already covered by a newer plan
-      elseif cur.status == 'pending' then
-        finish(cur, 'skipped', 'superseded')
-        changed = true
-      end
-    end
-  elseif inst.active then
-    local cur = hgetall(k_i(inst.active))
-    if not cur.status or not ACTIVE[cur.status] then
-      redis.call('HDEL', ik, 'active') -- dangling pointer: heal
-    elseif num(cur.generation) >= gen then
-      create = false -- already covered
-    elseif cur.status == 'pending' then
-      finish(cur, 'skipped', 'superseded')
-      changed = true
-    else
-      create = false -- an older attempt is running: let it finish first
-    end
-  elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
-      and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
-    create = false -- needs a newer generation
-  elseif observed_at > 0 and num(inst.last_at) >= observed_at
-      and num(inst.last_gen) >= gen then
-    -- an item of this generation finished after the observations behind
-    -- the plan were read: the plan is stale, the next one decides
-    create = false
+    grp = '' -- a skipped item takes no part in its group's dispatch
+  end
+  local ik = k_inst(node, block)
+  local create, sup, heal = false, nil, false
+  if not veto[grp] then
+    create, sup, heal = decide(hgetall(ik), gen, hash, skip)
+  end
+  if heal then
+    redis.call('HDEL', ik, 'active')
+  end
+  if sup then
+    finish(sup, 'skipped', 'superseded')
+    changed = true
   end
   if create then
     if not rid then
@@ -112,7 +147,8 @@ for i = 0, n - 1 do
       'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
       'target_version', ARGV[b + 5], 'config_hash', hash, 'desired_state', ARGV[b + 7],
       'managed_by', lane, 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10],
-      'timeout_ms', ARGV[b + 11], 'wset', ARGV[b + 13], 'status', status, 'reason', reason,
+      'timeout_ms', ARGV[b + 11], 'wset', ARGV[b + 13], 'grp', grp, 'req', ARGV[b + 16],
+      'status', status, 'reason', reason,
       'source', ARGV[9], 'source_user', ARGV[10], 'wave', '0', 'retry_count', '0',
       'retry_after', '0', 'dispatched_at', '0', 'completed_at', int(done_at), 'attempts', '0',
       'last_attempt', '', 'last_class', '', 'created_at', int(NOW), 'updated_at', int(NOW))
@@ -123,6 +159,9 @@ for i = 0, n - 1 do
     else
       redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
       redis.call('ZADD', k_lp(rid, lane), int(pos), id)
+      if grp ~= '' then
+        redis.call('RPUSH', k_g(rid, grp), id)
+      end
       redis.call('HSET', ik, 'active', id)
       redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
     end
