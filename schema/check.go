@@ -34,11 +34,21 @@ var (
 type fileChecker struct {
 	path string
 	data cue.Value
-	errs []fleetwave.FileError
+	// dataOf, when set, gives data the first time an error needs it.
+	dataOf func(path string) cue.Value
+	errs   []fleetwave.FileError
 }
 
 // at returns the value at a path of selectors (strings or ints).
-func (c *fileChecker) at(sel ...any) cue.Value { return lookup(c.data, sel) }
+func (c *fileChecker) at(sel ...any) cue.Value {
+	if c.dataOf != nil {
+		c.data, c.dataOf = c.dataOf(c.path), nil
+	}
+	if !c.data.Exists() {
+		return cue.Value{}
+	}
+	return lookup(c.data, sel)
+}
 
 // errorf records an error at the field sel; the message is prefixed with the
 // field's path.

@@ -1,11 +1,20 @@
 package schema
 
-import "github.com/fleetwave/fleetwave"
+import (
+	"cuelang.org/go/cue"
+
+	"github.com/fleetwave/fleetwave"
+)
 
 // crossCheck runs the checks between objects, over the objects that passed
 // their per-file checks. A reference to an object whose file exists but is
 // invalid is not reported again: the file's own errors say what to fix.
-func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.ObjectKey]string) []fleetwave.FileError {
+// dataOf returns the data of a file, to position an error in it; it is
+// called only for files that have an error.
+//
+// Every check is a map lookup: the cost is linear in the number of objects
+// and references.
+func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.ObjectKey]string, dataOf func(path string) cue.Value) []fleetwave.FileError {
 	var errs []fleetwave.FileError
 	configKey := fleetwave.Key(fleetwave.KindConfig, configStem)
 	if _, ok := present[configKey]; !ok {
@@ -40,7 +49,7 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 	}
 
 	for _, o := range objs {
-		c := &fileChecker{path: o.path, data: o.data}
+		c := &fileChecker{path: o.path, dataOf: dataOf}
 		windows := func(sel []any, names []string) {
 			if !configValid {
 				return

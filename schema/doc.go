@@ -46,9 +46,22 @@
 // converted between YAML, JSON and CUE keeps its hash, so its generation does
 // not grow.
 //
-// # CUE contexts
+// # CUE contexts, workers and the cache
 //
-// Each Load evaluates data in a fresh CUE context (a context only grows) and
-// unifies it with the schema values compiled by New; CUE v0.17 values are
-// immutable and safe for concurrent use across contexts.
+// The per-file checks (passes 1 and 2) run on runtime.GOMAXPROCS(0)
+// workers; each worker evaluates data in a fresh CUE context of its own per
+// Load (a context only grows) and unifies it with the schema values
+// compiled by New; CUE v0.17 values are immutable and safe for concurrent
+// use across contexts. Results are collected per file and merged in path
+// order, so the outcome does not depend on the scheduling.
+//
+// A Validator caches the result of the per-file checks of every file of
+// its last Load, keyed by path and sha256 of the content: the decoded
+// object, its Object.Hash, or the file's errors. The next Load parses only
+// new and changed files and runs the cross-object checks (map lookups,
+// linear in the tree) again; entries of files absent from a Load are
+// dropped, so the cache never holds more than one tree. The cache is never
+// handed out: each snapshot gets deep copies of the cached objects, so a
+// caller that modifies a snapshot cannot change a later one. A file with a
+// cross-object error is parsed again only to position that error.
 package schema

@@ -4,15 +4,18 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"cuelang.org/go/cue"
 	cueerrors "cuelang.org/go/cue/errors"
@@ -70,14 +73,18 @@ func WithLogger(l zerolog.Logger) Option {
 	return func(o *options) { o.log = l }
 }
 
-// Validator holds the embedded CUE definitions, compiled once. It is safe for
-// concurrent use: CUE values are immutable, and each Load evaluates the data
-// files in a context of its own so memory does not grow with the number of
-// loads.
+// Validator holds the embedded CUE definitions, compiled once, and the
+// per-file results of its last Load (see the package documentation). It is
+// safe for concurrent use: CUE values are immutable, each Load evaluates
+// the data files in contexts of its own so memory does not grow with the
+// number of loads, and cached results are never modified.
 type Validator struct {
 	opts     options
 	defs     map[fleetwave.Kind]cue.Value
 	defaults map[fleetwave.Kind]cue.Value
+
+	mu    sync.Mutex
+	cache map[cacheKey]*fileResult // the files of the last Load; replaced, never mutated
 }
 
 // New compiles the embedded schema. An error means the binary itself is
@@ -117,8 +124,7 @@ func New(opts ...Option) (*Validator, error) {
 type object struct {
 	path string
 	key  fleetwave.ObjectKey
-	data cue.Value // the file's data alone: its positions are all in the file
-	obj  any       // *fleetwave.Trigger, *fleetwave.Node, ...
+	obj  any // *fleetwave.Trigger, *fleetwave.Node, ...: the snapshot's copy
 	hash string
 }
 
@@ -128,45 +134,51 @@ type object struct {
 // (see ObjectKeyForPath) are ignored. On any problem it returns a nil
 // snapshot and a *fleetwave.ValidationError listing every problem found,
 // sorted by path, line and column.
+//
+// The per-file checks run on runtime.GOMAXPROCS(0) workers, and their
+// results are cached by path and content hash: a file already checked by
+// the previous Load is not parsed again (see the package documentation).
 func (v *Validator) Load(files map[string][]byte) (*fleetwave.Snapshot, error) {
-	ctx, err := newContext()
-	if err != nil {
-		return nil, err
-	}
-	paths := make([]string, 0, len(files))
+	paths := make([]job, 0, len(files))
 	for p := range files {
-		if _, ok := ObjectKeyForPath(p); ok {
-			paths = append(paths, p)
+		if key, ok := ObjectKeyForPath(p); ok {
+			paths = append(paths, job{path: p, key: key})
 		}
 	}
-	sort.Strings(paths)
+	slices.SortFunc(paths, func(a, b job) int { return strings.Compare(a.path, b.path) })
 
 	var errs []fleetwave.FileError
-	present := map[fleetwave.ObjectKey]string{} // every object file, valid or not
-	var objs []*object
-	for _, p := range paths {
-		key, _ := ObjectKeyForPath(p)
+	present := make(map[fleetwave.ObjectKey]string, len(paths)) // every object file, valid or not
+	jobs := make([]job, 0, len(paths))
+	for _, pk := range paths {
+		p, key := pk.path, pk.key
 		if first, dup := present[key]; dup {
 			errs = append(errs, fleetwave.FileError{Path: p, Line: 1, Col: 1,
 				Msg: fmt.Sprintf("duplicate object %s: already defined in %s (one file per object)", key, first)})
 			continue
 		}
 		present[key] = p
-		o, ferrs := v.checkFile(ctx, p, key, files[p])
-		errs = append(errs, ferrs...)
-		if o != nil {
-			objs = append(objs, o)
+		jobs = append(jobs, job{path: p, key: key, data: files[p]})
+	}
+	parsed := v.checkFiles(jobs)
+
+	var objs []*object
+	for i := range jobs {
+		r := jobs[i].result
+		errs = append(errs, r.errs...)
+		if r.obj != nil {
+			objs = append(objs, &object{path: jobs[i].path, key: r.key, obj: copyObject(r.obj), hash: r.hash})
 		}
 	}
 	snap := &fleetwave.Snapshot{
 		Triggers:      map[string]*fleetwave.Trigger{},
 		Blocks:        map[string]*fleetwave.Block{},
-		Nodes:         map[string]*fleetwave.Node{},
+		Nodes:         make(map[string]*fleetwave.Node, len(objs)),
 		Organizations: map[string]*fleetwave.Organization{},
 		Workspaces:    map[string]*fleetwave.Workspace{},
 		Rollouts:      map[string]*fleetwave.RolloutRequest{},
 		Approvals:     map[string]*fleetwave.ApprovalRequest{},
-		Objects:       map[fleetwave.ObjectKey]fleetwave.Object{},
+		Objects:       make(map[fleetwave.ObjectKey]fleetwave.Object, len(objs)),
 	}
 	for _, o := range objs {
 		snap.Objects[o.key] = fleetwave.Object{Key: o.key, Path: o.path, Hash: o.hash}
@@ -190,8 +202,11 @@ func (v *Validator) Load(files map[string][]byte) (*fleetwave.Snapshot, error) {
 			snap.Approvals[name] = x
 		}
 	}
-	errs = append(errs, crossCheck(snap, objs, present)...)
-	v.opts.log.Debug().Int("files", len(paths)).Int("objects", len(objs)).Int("errors", len(errs)).Msg("tree validated")
+	// The cross-object checks position their errors in the referring file:
+	// its data is built again only when it has such an error.
+	dataOf := func(p string) cue.Value { return v.buildData(p, files[p]) }
+	errs = append(errs, crossCheck(snap, objs, present, dataOf)...)
+	v.opts.log.Debug().Int("files", len(paths)).Int("parsed", parsed).Int("objects", len(objs)).Int("errors", len(errs)).Msg("tree validated")
 	if len(errs) > 0 {
 		verr := &fleetwave.ValidationError{Errors: dedupe(errs)}
 		verr.Sort()
@@ -251,8 +266,17 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 			fmt.Sprintf("name: found %q, expected %q (the file name without its extension)", name, key.Name()))}
 	}
 	withDefaults := dv
-	if d, ok := v.defaults[kind]; ok {
+	d, hasDefaults := v.defaults[kind]
+	if hasDefaults {
 		withDefaults = d.Unify(dv)
+	}
+	if !hasDefaults {
+		// Without defaults the Go object is the file's JSON: decode that
+		// instead of walking the CUE value a second time. Any failure takes
+		// the general path below, which reports it as it always did.
+		if o, ok := decodeJSON(p, key, dv); ok {
+			return o, nil
+		}
 	}
 	obj := newObject(kind)
 	if err := withDefaults.Decode(obj); err != nil {
@@ -270,7 +294,31 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 		return nil, []fleetwave.FileError{{Path: p, Msg: err.Error()}}
 	}
 	sum := sha256.Sum256(canon)
-	return &object{path: p, key: key, data: dv, obj: obj, hash: hex.EncodeToString(sum[:])}, nil
+	return &object{path: p, key: key, obj: obj, hash: hex.EncodeToString(sum[:])}, nil
+}
+
+// decodeJSON decodes a validated object of a kind without defaults from
+// its JSON form, which also gives its hash. ok is false when anything fails
+// or the Go checks find a problem: the caller then runs the general path,
+// which reports the problem.
+func decodeJSON(p string, key fleetwave.ObjectKey, dv cue.Value) (o *object, ok bool) {
+	raw, err := dv.MarshalJSON()
+	if err != nil {
+		return nil, false
+	}
+	obj := newObject(key.Kind())
+	if err := json.Unmarshal(raw, obj); err != nil {
+		return nil, false
+	}
+	if errs := checkObject(p, dv, obj); len(errs) > 0 {
+		return nil, false
+	}
+	canon, err := canonicalJSON(raw)
+	if err != nil {
+		return nil, false
+	}
+	sum := sha256.Sum256(canon)
+	return &object{path: p, key: key, obj: obj, hash: hex.EncodeToString(sum[:])}, true
 }
 
 func newObject(k fleetwave.Kind) any {
