@@ -143,3 +143,38 @@ func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byt
 	}
 	return out, nil
 }
+
+// LatestTrailer returns the value of the newest trailer key on the tracked
+// branch's first-parent history, looking at most limit commits back ("" when
+// none). The hub reads its highest fencing token back this way (status
+// commits carry it), so a fence never goes back after Redis is lost.
+func (r *Repo) LatestTrailer(ctx context.Context, key string, limit int) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return "", err
+	}
+	ref, err := r.repo.Reference(r.trackingRef(), true)
+	if err != nil {
+		return "", fmt.Errorf("tracking ref: %w", err)
+	}
+	c, err := r.repo.CommitObject(ref.Hash())
+	for i := 0; err == nil && i < limit; i++ {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		for _, t := range ParseTrailers(c.Message) {
+			if t.Key == key {
+				return t.Value, nil
+			}
+		}
+		if len(c.ParentHashes) == 0 {
+			return "", nil
+		}
+		c, err = r.repo.CommitObject(c.ParentHashes[0])
+	}
+	if err != nil {
+		return "", err
+	}
+	return "", nil
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
 // TestManagedRedisKilledMidRollout: the supervised redis-server is killed
@@ -102,4 +103,51 @@ func TestHumanPushesAreNeverLostWhileTheHubWritesStatus(t *testing.T) {
 	if !strings.Contains(log, "status: ") {
 		t.Fatalf("no status commit in:\n%s", log)
 	}
+}
+
+// TestTotalRedisLoss: Redis loses everything (FLUSHALL) after a rollout.
+// The hub takes a new fencing epoch above the one committed to Git, waits
+// for the agents' next reports instead of re-installing, and keeps working.
+func TestTotalRedisLoss(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	srv := redistest.Start(t)
+	remote := gittest.NewRemote(t, dbFleet())
+	f := startFleet(t, remote, "unix://"+srv.Addr, []string{"n1", "n2", "n3"})
+	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	waitFile(t, remote, "status/rollouts/db-g1.yaml", func(s string) bool { return strings.Contains(s, "status: completed") })
+	before := lastFence(t, remote)
+
+	if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second) // the lease is gone, a new epoch, the agents report again (every 5 s)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if c := strings.Count(runs(t, f, n), "install"); c != 1 {
+			t.Fatalf("%s installed %d times after the loss of Redis", n, c)
+		}
+	}
+	gittest.Push(t, remote, map[string]string{"brc/db.cue": "kind: \"trigger\"\nname: \"db\"\nblock_name: \"db\"\ntarget_version: \"2\"\nmax_concurrent: 3\n"}, nil, "db 2")
+	f.waitRollout(t, "db-g2", fleetwave.RolloutCompleted)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if got := runs(t, f, n); got != "install 1\nupgrade 2\n" {
+			t.Fatalf("%s ran %q", n, got)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for lastFence(t, remote) <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("fence after the loss %d, want above %d", lastFence(t, remote), before)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lastFence reads the Fleetwave-Fence trailer of the newest status commit.
+func lastFence(t *testing.T, remote string) int64 {
+	t.Helper()
+	out := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "-1", "--grep", "^status:", "--format=%(trailers:key=Fleetwave-Fence,valueonly)", "main")
+	var f int64
+	fmt.Sscan(strings.TrimSpace(out), &f)
+	return f
 }

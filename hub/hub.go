@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -120,7 +121,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
 		return nil, err
 	}
-	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log))
+	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
 	}
@@ -482,4 +483,22 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	}
 	h.log.Info().Int("objects", len(doc.Marks)).Msg("generation marks restored from status")
 	return h.repo.SeedHighWater(doc.Marks)
+}
+
+// fenceFloor is the highest fencing token committed to Git (the trailer of
+// the newest status commit): after a total loss of Redis the next epoch
+// starts above it, so agents never see a fence go back.
+func (h *Hub) fenceFloor(ctx context.Context) (int64, error) {
+	if h.repo == nil {
+		return 0, nil
+	}
+	v, err := h.repo.LatestTrailer(ctx, gitsync.TrailerFence, 500)
+	if err != nil || v == "" {
+		return 0, nil // no status yet: nothing to stay above
+	}
+	f, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, nil
+	}
+	return f, nil
 }

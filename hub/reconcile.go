@@ -66,7 +66,13 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		return
 	}
 	opts := h.reconcilerOptions()
-	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
+	// Only nodes that reported can be reconciled: without an observation the
+	// action (install or upgrade, or nothing) is unknown. This also makes a
+	// hub that lost Redis wait for the agents' next reports instead of
+	// re-installing the fleet.
+	reported, awaiting := splitReported(snap, obs)
+	plan := reconciler.PlanWith(reported, obs, observedAt, opts)
+	plan.Holds = append(plan.Holds, awaiting...)
 	for _, p := range plan.Problems {
 		h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance not planned")
 	}
@@ -219,4 +225,25 @@ func driftOf(entries []reconciler.DriftEntry, node string) []reconciler.DriftEnt
 		}
 	}
 	return out
+}
+
+// splitReported returns a copy of snap holding only the nodes that have a
+// full report, and a hold (awaiting_report) for each other node.
+func splitReported(snap *fleetwave.Snapshot, obs fleetwave.Observations) (*fleetwave.Snapshot, []reconciler.Problem) {
+	var holds []reconciler.Problem
+	nodes := make(map[string]*fleetwave.Node, len(snap.Nodes))
+	for id, n := range snap.Nodes {
+		if obs[id] == nil {
+			holds = append(holds, reconciler.Problem{Node: id, Reason: fleetwave.ReasonAwaitingReport, Message: "no report from this node's agent yet"})
+			continue
+		}
+		nodes[id] = n
+	}
+	if len(holds) == 0 {
+		return snap, nil
+	}
+	cp := *snap
+	cp.Nodes = nodes
+	sort.Slice(holds, func(i, j int) bool { return holds[i].Node < holds[j].Node })
+	return &cp, holds
 }
