@@ -136,7 +136,7 @@ func Plan(ctx context.Context, dir, branch, base, head string, now time.Time) (*
 	// instances are compared between base and head, never with real values
 	opts := reconciler.Options{Credential: func(scope, name string, _ int) (string, error) {
 		return "(credential " + scope + "/" + name + ")", nil
-	}}
+	}, ValidateConfig: schema.ValidateConfig}
 	headPlan := reconciler.PlanWith(headSnap, obs, now, opts)
 	already := map[string]bool{}
 	if baseSnap != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/credstore"
 	"github.com/fleetwave/fleetwave/reconciler"
+	"github.com/fleetwave/fleetwave/schema"
 )
 
 // Hub-owned Redis keys (outside the engine's): schedule fires and handled
@@ -24,7 +25,7 @@ const (
 // reconcilerOptions builds the options every plan uses: credentials for
 // templates and the staged enablement of hub.yaml.
 func (h *Hub) reconcilerOptions() reconciler.Options {
-	opts := reconciler.Options{Enablement: h.cfg.Enablement.toReconciler()}
+	opts := reconciler.Options{Enablement: h.cfg.Enablement.toReconciler(), ValidateConfig: schema.ValidateConfig}
 	if h.creds != nil {
 		opts.Credential = h.creds.GetOrCreate
 	} else {

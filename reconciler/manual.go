@@ -136,7 +136,7 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		n := snap.Nodes[id]
 		var rendered, hash string
 		if desired != fleetwave.StateAbsent {
-			out, err := r.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, &eff), CredentialScope(n))
+			out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, &eff), CredentialScope(n))
 			if err != nil {
 				return fleetwave.RolloutSpec{}, requestError(req, "invalid_request", ErrInvalidRequest, "node %s: %v", id, err)
 			}

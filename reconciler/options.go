@@ -39,6 +39,10 @@ type Options struct {
 	// Enablement restricts what enforce mode may dispatch (DESIGN §6 staged
 	// enablement). Nil = everything enabled.
 	Enablement *Enablement
+	// ValidateConfig checks a rendered config against a block's
+	// config_schema; a failure makes the instance an invalid_config problem
+	// (not dispatched until a new generation fixes it). Nil = not checked.
+	ValidateConfig func(schema, rendered string) error
 }
 
 // Enablement is the staged-enablement policy: lifecycle reconciliation for a

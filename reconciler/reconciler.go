@@ -216,7 +216,7 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		observed := observedInstance(obs, ik)
 		var rendered, hash string
 		if desired != fleetwave.StateAbsent {
-			out, err := r.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
+			out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
 			if err != nil {
 				problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: err.Error(), Key: ik})
 				continue

@@ -209,3 +209,26 @@ func TestBackupScheduleCronIsStableAndSpread(t *testing.T) {
 		t.Fatalf("8 workspaces share %d schedules: not spread", len(seen))
 	}
 }
+
+func TestPlanChecksTheRenderedConfigAgainstTheBlockSchema(t *testing.T) {
+	snap := testSnapshot()
+	snap.Blocks["operator"].ConfigSchema = "{node: string}"
+	var seen []string
+	opts := Options{ValidateConfig: func(schema, rendered string) error {
+		seen = append(seen, schema)
+		if strings.Contains(rendered, "region: eu") {
+			return errors.New("rendered config does not satisfy config_schema at region")
+		}
+		return nil
+	}}
+	plan := PlanWith(snap, nil, now, opts)
+	if len(seen) != 3 || seen[0] != "{node: string}" {
+		t.Fatalf("validator calls = %v", seen)
+	}
+	if got := nodesOf(plan.Rollouts[0]); strings.Join(got, ",") != "n1:install" {
+		t.Fatalf("items = %v, want only n1 (the eu nodes fail the schema)", got)
+	}
+	if len(plan.Problems) != 2 || plan.Problems[0].Reason != ReasonInvalidConfig || !strings.Contains(plan.Problems[0].Message, "config_schema at region") {
+		t.Fatalf("problems = %+v", plan.Problems)
+	}
+}

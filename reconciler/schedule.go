@@ -154,7 +154,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		if observed == nil || n.Drain {
 			continue
 		}
-		out, err := r.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
+		out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
 		if err != nil {
 			problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: err.Error(), Key: ik})
 			continue

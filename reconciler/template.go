@@ -169,6 +169,21 @@ func (r *renderer) parse(name, src string) (*exec.Template, error) {
 	return p.tpl, p.err
 }
 
+// renderBlock renders a trigger's template for block b and checks the
+// result against b's config_schema. Errors never carry rendered values.
+func (r *renderer) renderBlock(b *fleetwave.Block, name, src string, vars map[string]any, scope string) (string, error) {
+	out, err := r.render(name, src, vars, scope)
+	if err != nil {
+		return "", err
+	}
+	if b != nil && b.ConfigSchema != "" && r.opts.ValidateConfig != nil {
+		if err := r.opts.ValidateConfig(b.ConfigSchema, out); err != nil {
+			return "", fmt.Errorf("%w: block %s: %s", ErrTemplate, b.Name, cut(err.Error()))
+		}
+	}
+	return out, nil
+}
+
 func (r *renderer) render(name, src string, vars map[string]any, scope string) (out string, err error) {
 	if len(src) > MaxTemplateSize {
 		return "", fmt.Errorf("%w: template is %d bytes, limit %d", ErrTemplate, len(src), MaxTemplateSize)

@@ -249,10 +249,20 @@ func checkObject(p string, data cue.Value, obj any) []fleetwave.FileError {
 			a.Timeout = c.duration(append(slices.Clone(sel), "timeout"), a.TimeoutText, true)
 			o.Actions[name] = a
 		}
+		if o.ConfigSchema != "" {
+			if _, err := compileConfigSchema(o.ConfigSchema); err != nil {
+				c.errorf(fld("config_schema"), "invalid CUE config schema: %s", firstLine(err.Error()))
+			}
+		}
 	case *fleetwave.Node:
 		c.labels(fld("labels"), o.Labels, true)
 	case *fleetwave.RolloutRequest:
 		c.selector("selector", o.Selector)
 	}
 	return c.errs
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSuffix(strings.TrimSpace(s), ":")
 }
