@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
@@ -66,7 +67,10 @@ type PlannedItem struct {
 	TargetVersion string `json:"target_version,omitempty"`
 	ConfigHash    string `json:"config_hash,omitempty"`
 	Criticality   string `json:"criticality"`
-	Windows       string `json:"windows,omitempty"`
+	// Windows names the maintenance windows the item waits for (empty when
+	// it could go now), WaitsUntil when the next one opens.
+	Windows    string `json:"windows,omitempty"`
+	WaitsUntil string `json:"waits_until,omitempty"`
 }
 
 // Plan compares two revisions of the repository in dir. base "" means the
@@ -156,7 +160,7 @@ func Plan(ctx context.Context, dir, branch, base, head string, now time.Time) (*
 		if len(items) == 0 {
 			continue
 		}
-		rep.Rollouts = append(rep.Rollouts, plannedRollout(spec, items))
+		rep.Rollouts = append(rep.Rollouts, plannedRollout(spec, items, now))
 	}
 	rep.Problems = headPlan.Problems
 	return rep, nil
@@ -220,7 +224,7 @@ func objectChanges(base, head *fleetwave.Snapshot) []ObjectChange {
 	return out
 }
 
-func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec) PlannedRollout {
+func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now time.Time) PlannedRollout {
 	pr := PlannedRollout{ID: spec.BaseID, Trigger: spec.Source.Object.Name(), Generation: spec.Source.Generation, MaxConcurrent: max(spec.MaxConcurrent, 1)}
 	lanes := map[string][]fleetwave.ItemSpec{}
 	var order []string
@@ -237,15 +241,19 @@ func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec) Plan
 		for i := 0; i < len(list); i += pr.MaxConcurrent {
 			var wave []PlannedItem
 			for _, it := range list[i:min(i+pr.MaxConcurrent, len(list))] {
-				var names []string
-				for _, w := range it.Windows {
-					names = append(names, w.Name)
+				pi := PlannedItem{Node: it.Node, Block: it.Block, Action: it.Action, TargetVersion: it.TargetVersion,
+					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality)}
+				if open, next, err := engine.WindowState(it, now); err == nil && !open {
+					var names []string
+					for _, w := range it.Windows {
+						names = append(names, w.Name)
+					}
+					pi.Windows = strings.Join(names, ",")
+					if !next.IsZero() {
+						pi.WaitsUntil = next.UTC().Format(time.RFC3339)
+					}
 				}
-				if it.BypassWindows {
-					names = nil
-				}
-				wave = append(wave, PlannedItem{Node: it.Node, Block: it.Block, Action: it.Action, TargetVersion: it.TargetVersion,
-					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality), Windows: strings.Join(names, ",")})
+				wave = append(wave, pi)
 			}
 			pl.Waves = append(pl.Waves, wave)
 		}
@@ -355,6 +363,9 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 					s += " (" + it.Criticality
 					if it.Windows != "" {
 						s += ", waits for window " + it.Windows
+						if it.WaitsUntil != "" {
+							s += " until " + it.WaitsUntil
+						}
 					}
 					parts = append(parts, s+")")
 				}

@@ -1,0 +1,35 @@
+package hub
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+func TestPlannedRolloutShowsWindowWaitsAndWaves(t *testing.T) {
+	w := fleetwave.Window{Name: "nightly", Cron: "0 3 * * *", Duration: time.Hour, Timezone: "UTC"}
+	spec := fleetwave.RolloutSpec{BaseID: "op-g2", MaxConcurrent: 2, Source: fleetwave.RolloutSource{Object: "trigger/op", Generation: 2}}
+	var items []fleetwave.ItemSpec
+	for _, n := range []string{"a", "b", "c"} {
+		items = append(items, fleetwave.ItemSpec{Node: n, Block: "op", Action: "upgrade", ManagedBy: "team", Windows: []fleetwave.Window{w}, BypassWindows: n == "c"})
+	}
+	pr := plannedRollout(spec, items, time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	if len(pr.Lanes) != 1 || len(pr.Lanes[0].Waves) != 2 || len(pr.Lanes[0].Waves[0]) != 2 {
+		t.Fatalf("waves = %+v", pr.Lanes)
+	}
+	a, c := pr.Lanes[0].Waves[0][0], pr.Lanes[0].Waves[1][0]
+	if a.Windows != "nightly" || a.WaitsUntil != "2026-05-02T03:00:00Z" {
+		t.Fatalf("item a = %+v, want a wait for nightly until 03:00 next day", a)
+	}
+	if c.Windows != "" || c.WaitsUntil != "" {
+		t.Fatalf("bypassed item c = %+v, want no wait", c)
+	}
+	rep := &PlanReport{Rollouts: []PlannedRollout{pr}, Objects: []ObjectChange{{Key: "trigger/op", Change: "modified", From: 1, To: 2}}}
+	var sb strings.Builder
+	rep.WriteText(&sb, false)
+	if !strings.Contains(sb.String(), "waits for window nightly until 2026-05-02T03:00:00Z") {
+		t.Fatalf("text:\n%s", sb.String())
+	}
+}
