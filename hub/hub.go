@@ -205,6 +205,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.log.Info().Str("addr", h.Addr()).Str("repo", h.cfg.Repo.URL).Str("branch", h.cfg.Repo.Branch).Str("redis", h.redis.mode).Msg("hub started")
 	wg.Go(func() { h.leaseLoop(ctx) })
 	wg.Go(func() {
+		if h.cfg.Repo.NoWatch {
+			return
+		}
 		// A local remote is watched: a push is seen at once; polling stays
 		// as the safety net (and is all there is for remote URLs).
 		err := h.repo.Watch(ctx, func() { h.kick(h.syncNow) })
