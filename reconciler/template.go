@@ -18,6 +18,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/bounds"
 )
 
 // Limits of the template sandbox.
@@ -188,7 +189,7 @@ func (r *renderer) render(name, src string, vars map[string]any, scope string) (
 	if len(src) > MaxTemplateSize {
 		return "", fmt.Errorf("%w: template is %d bytes, limit %d", ErrTemplate, len(src), MaxTemplateSize)
 	}
-	if d := nestingDepth(src); d > MaxNestingDepth {
+	if d := bounds.NestingDepth(src); d > MaxNestingDepth {
 		// the parser recurses per level: a deep enough template overflows
 		// the goroutine stack, which no recover can catch
 		return "", fmt.Errorf("%w: expressions nest %d deep, limit %d", ErrTemplate, d, MaxNestingDepth)
@@ -292,23 +293,6 @@ func cutName(s string) string {
 
 // MaxNestingDepth bounds brackets nesting in a template.
 const MaxNestingDepth = 100
-
-// nestingDepth is the deepest nesting of (, [ and { in src.
-func nestingDepth(src string) int {
-	depth, deepest := 0, 0
-	for i := 0; i < len(src); i++ {
-		switch src[i] {
-		case '(', '[', '{':
-			depth++
-			deepest = max(deepest, depth)
-		case ')', ']', '}':
-			if depth > 0 {
-				depth--
-			}
-		}
-	}
-	return deepest
-}
 
 // cut keeps error texts short: gonja embeds the whole template source in
 // parse errors, and a template may hold values nobody wants in a log line.

@@ -11,6 +11,8 @@ import (
 	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
 	cueyaml "cuelang.org/go/encoding/yaml"
+
+	"github.com/fleetwave/fleetwave/internal/bounds"
 )
 
 // configSchemas caches compiled block config schemas by their source.
@@ -59,7 +61,7 @@ func compileConfigSchema(expr string) (cue.Value, error) {
 	if len(expr) > 64<<10 {
 		return cue.Value{}, errors.New("config_schema is larger than 64 KiB")
 	}
-	if d := maxBracketDepth(expr); d > MaxNestingDepth {
+	if d := bounds.NestingDepth(expr); d > MaxNestingDepth {
 		return cue.Value{}, fmt.Errorf("config_schema nests %d deep, limit %d", d, MaxNestingDepth)
 	}
 	// as a definition, so the struct is closed: unknown fields are errors
@@ -73,20 +75,4 @@ func compileConfigSchema(expr string) (cue.Value, error) {
 	}
 	configSchemas.Store(expr, v)
 	return v, nil
-}
-
-func maxBracketDepth(s string) int {
-	depth, deepest := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '(', '[', '{':
-			depth++
-			deepest = max(deepest, depth)
-		case ')', ']', '}':
-			if depth > 0 {
-				depth--
-			}
-		}
-	}
-	return deepest
 }

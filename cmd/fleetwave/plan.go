@@ -1,13 +1,10 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave/hub"
 )
@@ -35,29 +32,8 @@ committed. Exit 0 ("no changes" when nothing would happen), 1 when the head is i
 			if err != nil {
 				return err
 			}
-			switch output {
-			case "json":
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			case "yaml":
-				data, err := json.Marshal(rep)
-				if err != nil {
-					return err
-				}
-				var generic any
-				_ = json.Unmarshal(data, &generic)
-				out, err := yaml.Marshal(generic)
-				if err != nil {
-					return err
-				}
-				fmt.Fprint(stdout, string(out))
-			case "table", "":
-				rep.WriteText(stdout, format == "markdown")
-			default:
-				return usageError{"--output must be table, json or yaml", "fleetwave plan --output json"}
+			if err := emit(stdout, output, rep, func(w io.Writer) { rep.WriteText(w, format == "markdown") }); err != nil {
+				return err
 			}
 			if len(rep.Errors) > 0 {
 				return exitError{1}
