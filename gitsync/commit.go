@@ -26,10 +26,12 @@ const (
 )
 
 // CommitStatus writes files on top of the remote tip and pushes the result
-// as one commit. Every path must be a clean relative path under status/; a
-// nil value deletes the file (or the whole directory at that path), any
-// other value, even empty, is the file's content. message is the full
-// commit message (StatusMessage formats one with trailers).
+// as one commit: on the tracked branch, or on the status branch when one is
+// configured (WithStatusBranch; the tracked branch is then never written).
+// Every path must be a clean relative path under status/; a nil value
+// deletes the file (or the whole directory at that path), any other value,
+// even empty, is the file's content. message is the full commit message
+// (StatusMessage formats one with trailers).
 //
 // The commit is built with plumbing (no worktree), authored and committed
 // by the configured author at the clock's time. The push carries a lease on
@@ -66,9 +68,9 @@ const ownCommitSearch = 64
 // WriteStatus is CommitStatus reporting what it did. Besides the files
 // given, it sets back every path under status/ that someone else changed
 // since the hub's previous status commit (the newest commit on the branch
-// authored and committed by the configured identity, among the last 64),
-// logs each at warn level ("human edit under status/ overwritten", field
-// "path") and lists them in Overwritten. A failed fetch or push (remote
+// written to, tracked or status, authored and committed by the configured
+// identity, among the last 64), logs each at warn level ("human edit under
+// status/ overwritten", field "path") and lists them in Overwritten. A failed fetch or push (remote
 // down) returns the error and changes nothing; calling again with the
 // same files once the remote is back writes them.
 func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message string) (StatusResult, error) {
@@ -90,35 +92,39 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 	if err := r.usable(); err != nil {
 		return StatusResult{}, err
 	}
-	branchRef := plumbing.NewBranchReferenceName(r.src.Branch)
+	branchRef := plumbing.NewBranchReferenceName(r.StatusBranch())
+	localRef := r.trackingRef()
+	if r.opts.statusBranch != "" {
+		localRef = r.statusRef()
+	}
 	for attempt := 1; ; attempt++ {
-		tip, err := r.fetch(ctx)
-		if err != nil {
-			return StatusResult{}, err
-		}
-		tipCommit, err := r.repo.CommitObject(tip)
-		if err != nil {
-			return StatusResult{}, fmt.Errorf("tip %s: %w", tip, err)
-		}
-		all, foreign, err := r.restoreForeignEdits(ctx, tipCommit, edits)
+		tracked, err := r.fetch(ctx)
 		if err != nil {
 			return StatusResult{}, err
 		}
 		ov := newOverlay(r.repo.Storer)
-		tree, err := editTree(ov, tipCommit.TreeHash, all)
+		base, err := r.statusBaseFor(tracked, ov)
+		if err != nil {
+			return StatusResult{}, err
+		}
+		all, foreign, err := r.restoreForeignEdits(ctx, base.commit, edits)
+		if err != nil {
+			return StatusResult{}, err
+		}
+		tree, err := editTree(ov, base.tree, all)
 		if err != nil {
 			return StatusResult{}, fmt.Errorf("build status tree: %w", err)
 		}
-		if tree == tipCommit.TreeHash {
-			r.opts.log.Debug().Str("commit", tip.String()).Msg("status unchanged: nothing to commit")
+		if tree == base.tree {
+			r.opts.log.Debug().Str("branch", branchRef.Short()).Str("commit", base.lease.String()).Msg("status unchanged: nothing to commit")
 			return StatusResult{Attempts: attempt}, nil
 		}
-		overwritten, err := r.overwritten(tipCommit.TreeHash, tree, foreign, ov)
+		overwritten, err := r.overwritten(base.tree, tree, foreign, ov)
 		if err != nil {
 			return StatusResult{}, err
 		}
 		sig := object.Signature{Name: r.opts.authorName, Email: r.opts.authorEmail, When: r.opts.clock.Now()}
-		h, err := writeCommit(ov, tree, []plumbing.Hash{tip}, sig, sig, message)
+		h, err := writeCommit(ov, tree, base.parents, sig, sig, message)
 		if err != nil {
 			return StatusResult{}, fmt.Errorf("write status commit: %w", err)
 		}
@@ -128,19 +134,29 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		if r.beforePush != nil {
 			r.beforePush(attempt)
 		}
-		err = r.repo.PushContext(ctx, &git.PushOptions{
-			RemoteName:        remoteName,
-			RefSpecs:          []config.RefSpec{config.RefSpec(h.String() + ":" + branchRef.String())},
-			RequireRemoteRefs: []config.RefSpec{config.RefSpec(tip.String() + ":" + branchRef.String())},
-		})
+		push := &git.PushOptions{
+			RemoteName: remoteName,
+			RefSpecs:   []config.RefSpec{config.RefSpec(h.String() + ":" + branchRef.String())},
+		}
+		if !base.lease.IsZero() {
+			push.RequireRemoteRefs = []config.RefSpec{config.RefSpec(base.lease.String() + ":" + branchRef.String())}
+		}
+		// without a lease (a new status branch) the push creates the branch
+		// only if it is still absent: a branch someone created meanwhile
+		// is a non-fast-forward race like any other
+		err = r.repo.PushContext(ctx, push)
 		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
-			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), h)); err != nil {
+			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(localRef, h)); err != nil {
 				return StatusResult{}, fmt.Errorf("update tracking ref: %w", err)
 			}
 			for _, p := range overwritten {
 				r.opts.log.Warn().Str("path", p).Str("commit", h.String()).Msg("human edit under status/ overwritten")
 			}
-			r.opts.log.Info().Str("commit", h.String()).Str("parent", tip.String()).Int("files", len(all)).Int("attempt", attempt).Msg("status pushed")
+			ev := r.opts.log.Info().Str("branch", branchRef.Short()).Str("commit", h.String())
+			if !base.lease.IsZero() {
+				ev = ev.Str("parent", base.lease.String())
+			}
+			ev.Int("files", len(all)).Int("attempt", attempt).Msg("status pushed")
 			return StatusResult{Commit: h.String(), Attempts: attempt, Overwritten: overwritten}, nil
 		}
 		if ctx.Err() != nil {
@@ -164,9 +180,13 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 
 // restoreForeignEdits finds the paths under status/ that differ between
 // the hub's previous status commit and tip, and returns edits extended to
-// set them back to the previous commit's content, plus those paths. The
-// caller holds mu.
+// set them back to the previous commit's content, plus those paths. A nil
+// tip (a status branch not created yet) has nothing to restore. The caller
+// holds mu.
 func (r *Repo) restoreForeignEdits(ctx context.Context, tip *object.Commit, edits map[string][]byte) (map[string][]byte, []string, error) {
+	if tip == nil {
+		return edits, nil, nil
+	}
 	own := r.lastOwnCommit(tip)
 	if own == nil || own.Hash == tip.Hash {
 		return edits, nil, nil

@@ -64,6 +64,22 @@
 // A remote that is down fails the call without changing anything; the
 // caller keeps its batch and calls again.
 //
+// # Status branch
+//
+// WithStatusBranch sends status commits to another branch of the remote,
+// and the tracked branch is then never written. The first status commit
+// creates the branch as an orphan commit (no parent) whose tree holds only
+// status/, seeded from status/ at the tracked tip so a repository switched
+// over keeps its status; later commits build on the status branch's own
+// tip. History is unrelated to the tracked branch on purpose: the branch
+// reads as a log of status changes alone. Every fetch takes both branches
+// in one round trip (two while the status branch does not exist yet); the
+// push carries a lease on the status branch's tip (or creates the branch
+// only if still absent), and races are retried as above. Human edits under
+// status/ on the status branch are set back the same way. Fetch reports
+// changes of the tracked branch only; StatusTip names the commit holding
+// the latest status, and LatestTrailer searches the status branch first.
+//
 // Objects written by CommitStatus and fetched packs accumulate in the
 // mirror; running `git gc` on it from time to time keeps it small.
 //

@@ -65,6 +65,9 @@ type options struct {
 	authorEmail string
 	maxFileSize int64
 	pushRetries int
+	// statusBranch is the branch status commits go to; "" writes them on
+	// the tracked branch.
+	statusBranch string
 }
 
 // WithLogger sets the logger (default: a disabled logger).
@@ -104,6 +107,15 @@ func WithPushRetries(n int) Option {
 		}
 	}
 }
+
+// WithStatusBranch sends status commits to the branch name of the remote
+// instead of the tracked branch, which the hub then never writes. The
+// branch is created by the first status commit as an orphan holding only
+// status/ (seeded from status/ at the tracked tip), and later status
+// commits build on its own tip. An empty name, or the tracked branch's
+// own name, keeps status on the tracked branch (the default). Open
+// refuses a name that is not a valid branch name.
+func WithStatusBranch(name string) Option { return func(o *options) { o.statusBranch = name } }
 
 // RepoNotFoundError reports that the remote repository does not exist.
 type RepoNotFoundError struct {
@@ -176,6 +188,14 @@ func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
 	if err := plumbing.NewBranchReferenceName(src.Branch).Validate(); err != nil {
 		return nil, fmt.Errorf("branch %q: %w", src.Branch, err)
 	}
+	if o.statusBranch == src.Branch {
+		o.statusBranch = ""
+	}
+	if o.statusBranch != "" {
+		if err := plumbing.NewBranchReferenceName(o.statusBranch).Validate(); err != nil {
+			return nil, fmt.Errorf("status branch %q: %w", o.statusBranch, err)
+		}
+	}
 	if src.URL == "" {
 		return nil, errors.New("source url is empty")
 	}
@@ -215,6 +235,13 @@ func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
 		}
 	default:
 		return nil, fmt.Errorf("mirror %s: tracking ref: %w", src.Dir, err)
+	}
+	if r.opts.statusBranch != "" {
+		// the clone holds the tracked branch only: learn the status tip
+		// now, so LatestTrailer and StatusTip read it before any Fetch
+		if err := r.fetchStatus(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.gens = newGenCache(filepath.Join(src.Dir, marksFile))
 	if err := r.gens.loadMarks(); err != nil {
@@ -288,14 +315,24 @@ func (r *Repo) refSpec() config.RefSpec {
 	return config.RefSpec("+" + plumbing.NewBranchReferenceName(r.src.Branch).String() + ":" + r.trackingRef().String())
 }
 
-// fetch updates the tracking ref from the remote; the caller holds mu.
+// fetch updates the tracking ref from the remote, and the status branch's
+// when one is configured (removing it when the remote has none), in one
+// round trip once the status branch exists; the caller holds mu. It returns
+// the tracked branch's tip.
 func (r *Repo) fetch(ctx context.Context) (plumbing.Hash, error) {
-	err := r.repo.FetchContext(ctx, &git.FetchOptions{
-		RemoteName: remoteName,
-		RefSpecs:   []config.RefSpec{r.refSpec()},
-		Tags:       git.NoTags,
-	})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+	specs := []config.RefSpec{r.refSpec()}
+	if r.opts.statusBranch != "" {
+		specs = append(specs, r.statusRefSpec())
+	}
+	err := r.fetchSpecs(ctx, specs)
+	if len(specs) > 1 && errors.Is(err, git.NoMatchingRefSpecError{}) {
+		// one of the branches is missing: the status branch before the
+		// first status commit, or the tracked one (reported below)
+		if err = r.fetchSpecs(ctx, specs[:1]); err == nil {
+			err = r.dropStatusRef()
+		}
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return plumbing.ZeroHash, ctx.Err()
 		}
@@ -308,9 +345,24 @@ func (r *Repo) fetch(ctx context.Context) (plumbing.Hash, error) {
 	return ref.Hash(), nil
 }
 
-// Fetch updates the mirror from the remote and returns the branch tip;
-// changed reports whether the tip moved since the previous Fetch (or Open).
-// Force-pushes are accepted.
+// fetchSpecs fetches specs from the remote; already up to date is nil.
+func (r *Repo) fetchSpecs(ctx context.Context, specs []config.RefSpec) error {
+	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: remoteName,
+		RefSpecs:   specs,
+		Tags:       git.NoTags,
+	})
+	if errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil
+	}
+	return err
+}
+
+// Fetch updates the mirror from the remote and returns the tracked branch's
+// tip; changed reports whether that tip moved since the previous Fetch (or
+// Open). Force-pushes are accepted. With WithStatusBranch the status branch
+// is fetched too (StatusTip and LatestTrailer read it), but it never counts
+// as a change: head and changed are about the tracked branch only.
 func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

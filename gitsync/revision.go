@@ -89,7 +89,9 @@ func (r *Repo) MergeBase(a, b string) (string, error) {
 }
 
 // StatusFiles returns the regular files under status/ at commit (path ->
-// content): what the hub last observed, as committed.
+// content): what the hub last observed, as committed. Any commit in the
+// mirror works; the latest status is at StatusTip (with a status branch,
+// commits of the tracked branch hold no status written by the hub).
 func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -144,21 +146,41 @@ func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byt
 	return out, nil
 }
 
-// LatestTrailer returns the value of the newest trailer key on the tracked
-// branch's first-parent history, looking at most limit commits back ("" when
-// none). The hub reads its highest fencing token back this way (status
-// commits carry it), so a fence never goes back after Redis is lost.
+// LatestTrailer returns the value of the newest trailer key on the first-
+// parent history of the branch status commits go to, looking at most limit
+// commits back ("" when none). The hub reads its highest fencing token back
+// this way (status commits carry it), so a fence never goes back after
+// Redis is lost. With a status branch (WithStatusBranch) its history is
+// searched first, then the tracked branch's, where status commits made
+// before the status branch was configured carry older values. It reads
+// the mirror as left by the last Open, Fetch or WriteStatus.
 func (r *Repo) LatestTrailer(ctx context.Context, key string, limit int) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
 		return "", err
 	}
+	sh, err := r.statusHead()
+	if err != nil {
+		return "", err
+	}
+	if !sh.IsZero() {
+		v, err := r.latestTrailer(ctx, sh, key, limit)
+		if err != nil || v != "" {
+			return v, err
+		}
+	}
 	ref, err := r.repo.Reference(r.trackingRef(), true)
 	if err != nil {
 		return "", fmt.Errorf("tracking ref: %w", err)
 	}
-	c, err := r.repo.CommitObject(ref.Hash())
+	return r.latestTrailer(ctx, ref.Hash(), key, limit)
+}
+
+// latestTrailer walks at most limit first-parent commits from tip for the
+// newest trailer key; the caller holds mu.
+func (r *Repo) latestTrailer(ctx context.Context, tip plumbing.Hash, key string, limit int) (string, error) {
+	c, err := r.repo.CommitObject(tip)
 	for i := 0; err == nil && i < limit; i++ {
 		if err := ctx.Err(); err != nil {
 			return "", err

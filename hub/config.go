@@ -99,6 +99,9 @@ type RepoConfig struct {
 	URL          string   `yaml:"url"`
 	Branch       string   `yaml:"branch"`
 	PollInterval Duration `yaml:"poll_interval"`
+	// StatusBranch, when set, receives the status commits instead of the
+	// tracked branch (an orphan branch holding only status/).
+	StatusBranch string `yaml:"status_branch"`
 	// NoWatch turns off watching a local remote (then only polling and the
 	// webhook notice pushes).
 	NoWatch bool `yaml:"no_watch"`

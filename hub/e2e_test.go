@@ -204,6 +204,11 @@ func startFleet(t *testing.T, remote, redisURL string, nodes []string) *runningF
 
 func startFleetWith(t *testing.T, remote, redisURL string, nodes []string, clk clock.Clock) *runningFleet {
 	t.Helper()
+	return startFleetCfg(t, remote, redisURL, nodes, clk, nil)
+}
+
+func startFleetCfg(t *testing.T, remote, redisURL string, nodes []string, clk clock.Clock, edit func(*hub.Config)) *runningFleet {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := map[string]string{}
 	for _, n := range nodes {
@@ -227,6 +232,9 @@ func startFleetWith(t *testing.T, remote, redisURL string, nodes []string, clk c
 		HubID:              "test-hub",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if edit != nil {
+		edit(&cfg)
+	}
 	opts := []hub.Option{hub.WithLogger(log)}
 	if clk != nil {
 		opts = append(opts, hub.WithClock(clk))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/hub"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
@@ -150,4 +152,29 @@ func lastFence(t *testing.T, remote string) int64 {
 	var f int64
 	fmt.Sscan(strings.TrimSpace(out), &f)
 	return f
+}
+
+// TestStatusBranch: with repo.status_branch the tracked branch holds only
+// people's commits; status goes to its own branch.
+func TestStatusBranch(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	remote := gittest.NewRemote(t, dbFleet())
+	f := startFleetCfg(t, remote, "embedded", []string{"n1", "n2", "n3"}, nil, func(c *hub.Config) { c.Repo.StatusBranch = "fleetwave-status" })
+	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	bare := strings.TrimPrefix(remote, "file://")
+	deadline := time.Now().Add(30 * time.Second)
+	show := func() string {
+		out, _ := exec.Command("git", "--git-dir", bare, "show", "fleetwave-status:status/rollouts/db-g1.yaml").Output()
+		return string(out)
+	}
+	for !strings.Contains(show(), "status: completed") {
+		if time.Now().After(deadline) {
+			t.Fatal("no completed status on the status branch")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if log := strings.Join(gittest.Log(t, remote), "\n"); strings.Contains(log, "status: ") {
+		t.Fatalf("status commits on main:\n%s", log)
+	}
 }

@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h.repo, err = gitsync.Open(ctx, gitsync.Source{URL: cfg.Repo.URL, Branch: cfg.Repo.Branch, Dir: filepath.Join(cfg.DataDir, "mirror")},
 		gitsync.WithLogger(h.log), gitsync.WithClock(h.clock), gitsync.WithNormalizer(normalizer{}),
-		gitsync.WithAuthor("fleetwave hub", "hub@fleetwave.invalid"))
+		gitsync.WithAuthor("fleetwave hub", "hub@fleetwave.invalid"), gitsync.WithStatusBranch(cfg.Repo.StatusBranch))
 	if err != nil {
 		return nil, fmt.Errorf("open repository: %w", err)
 	}
@@ -463,11 +463,14 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	if len(h.repo.HighWater()) > 0 {
 		return nil
 	}
-	head, _, err := h.repo.Fetch(ctx)
+	if _, _, err := h.repo.Fetch(ctx); err != nil {
+		return err
+	}
+	tip, err := h.repo.StatusTip(ctx)
 	if err != nil {
 		return err
 	}
-	status, err := h.repo.StatusFiles(ctx, head)
+	status, err := h.repo.StatusFiles(ctx, tip)
 	if err != nil {
 		return err
 	}
