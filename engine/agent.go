@@ -3,27 +3,34 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/clock"
 )
 
 // Poll returns up to max attempts queued for node and marks them delivered.
-// When none is queued it waits up to wait for one, looking again every
-// ~100ms of real time (this is network long-polling, not engine logic), and
-// returns early with ctx.Err() when ctx ends. An attempt whose deadline
-// already passed is not delivered: Step treats it as undelivered.
+// When none is queued it waits up to wait (real time: this is network
+// long-polling, not engine logic) for one: the script that queues an
+// attempt also pushes a wake-up token to the node's wake key, on which Poll
+// blocks (BLPOP) before it looks at the queue again. It blocks at most
+// wakeSlice per call, so it returns with ctx.Err() soon after ctx ends even
+// on a client without ContextTimeoutEnabled. A waiting Poll holds one
+// connection of the client's pool. A token left over (its attempt already
+// taken, or a second waiter on the node) only costs one more look at the
+// queue. An attempt whose deadline already passed is not delivered: Step
+// treats it as undelivered.
 func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Duration) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
 	}
 	var wall clock.Real
-	var timeout <-chan time.Time
-	if wait > 0 {
-		timeout = wall.After(wait)
-	}
+	end := wall.Now().Add(wait)
 	for {
 		status, rest, err := e.run(ctx, "poll", "", e.nowMS(), node, max)
 		if err != nil {
@@ -45,17 +52,55 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 			}
 			return out, nil
 		}
-		if timeout == nil {
+		left := end.Sub(wall.Now())
+		if wait <= 0 || left <= 0 {
 			return nil, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-timeout:
-			return nil, nil
-		case <-wall.After(pollInterval):
+		if err := e.awaitWake(ctx, node, min(left, wakeSlice)); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// awaitWake blocks until node's wake-up token arrives or d passes, and
+// returns ctx.Err() once ctx ended. Whole seconds go through BLPop (go-redis
+// then extends the read deadline by the block); a shorter rest is sent with
+// millisecond precision, within the client's ordinary read timeout.
+func (e *Engine) awaitWake(ctx context.Context, node string, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// A blocked BLPOP holds a pooled connection: beyond the configured
+	// number of blocking waiters, wait by re-checking instead, so
+	// transitions never starve for a connection.
+	select {
+	case e.blockers <- struct{}{}:
+		defer func() { <-e.blockers }()
+	default:
+		t := time.NewTimer(min(d, fallbackPoll))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
+	key := e.key("wake", node)
+	var err error
+	if d%time.Second == 0 {
+		err = e.rdb.BLPop(ctx, d, key).Err()
+	} else {
+		ms := max((d+time.Millisecond-1)/time.Millisecond, 1)
+		err = e.rdb.Do(ctx, "blpop", key, strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64)).Err()
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("wait for node %s: %w", node, err)
+	}
+	return nil
 }
 
 // Complete applies an agent's result for one of its attempts:

@@ -183,8 +183,12 @@ func TestBenchReport(t *testing.T) {
 	row("client round trips per transition", fmt.Sprintf("%.2f (%d; includes idle polls and status reads)", float64(trips)/float64(tr), trips))
 	row("Redis commands per transition", fmt.Sprintf("%.2f (%d, commandstats, script-internal calls included)", float64(calls)/float64(tr), calls))
 
-	// 2. makespan: 10,000 items, max_concurrent 200, 100 ms actions
-	ms, ideal := makespan(t, rdb, 10000, 200, 100*time.Millisecond)
+	// 2. makespan: 10,000 items, max_concurrent 200, 100 ms actions; every
+	// long-polling agent holds a connection while it waits
+	const msMC = 200
+	mrdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: msMC + 32})
+	t.Cleanup(func() { _ = mrdb.Close() })
+	ms, ideal := makespan(t, mrdb, 10000, msMC, 100*time.Millisecond)
 	row("makespan 10,000 items, max_concurrent 200, 100 ms actions", fmt.Sprintf("%v (ideal %v, %.2fx)", ms.Round(time.Millisecond), ideal, ms.Seconds()/ideal.Seconds()))
 
 	// 3. the same server under redis-benchmark
@@ -210,10 +214,13 @@ func TestBenchReport(t *testing.T) {
 
 // makespan runs a rollout of n items (one per node, one lane) with
 // max_concurrent mc, whose agents each take action to answer, on the real
-// clock; it returns the time to completion and the ideal n/mc*action.
+// clock; it returns the time to completion and the ideal n/mc*action. The
+// agents long-poll like the real agent, so rdb's pool needs a connection
+// per agent.
 func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Duration) (time.Duration, time.Duration) {
-	ctx := context.Background()
-	e := New(rdb, WithPrefix("makespan"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := New(rdb, WithPrefix("makespan"), WithBlockingPolls(mc))
 	if err := e.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -227,26 +234,22 @@ func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Du
 		t.Fatal(err)
 	}
 	start := time.Now()
-	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for node := range mc {
 		wg.Add(1)
-		go func() { // one agent per node: short polls, one attempt at a time
+		go func() { // one agent per node: long polls, one attempt at a time
 			defer wg.Done()
 			name := fmt.Sprintf("n%d", node)
-			for {
-				select {
-				case <-done:
+			for ctx.Err() == nil {
+				as, err := e.Poll(ctx, name, 1, 2*time.Second)
+				if ctx.Err() != nil {
 					return
-				default:
 				}
-				as, err := e.Poll(ctx, name, 1, 0)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				if len(as) == 0 {
-					time.Sleep(10 * time.Millisecond)
 					continue
 				}
 				time.Sleep(action)
@@ -271,7 +274,7 @@ func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Du
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	close(done)
+	cancel()
 	wg.Wait()
 	return elapsed, time.Duration(n/mc) * action
 }

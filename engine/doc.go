@@ -52,6 +52,7 @@
 //	ip:<item>              the item's attempt payload (command, rendered config)
 //	a:<attempt>            hash: the attempt, with its payload until it ends
 //	q:<node>               list of attempt ids queued for the node
+//	wake:<node>            list of at most one wake-up token, pushed with q:<node> (a waiting Poll blocks on it)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
 //	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash
 //	amb:<node>             set of the node's ambiguous items

@@ -67,8 +67,17 @@ const batchLimit = 1000
 // jitterCount is how many jitter values one Step receives.
 const jitterCount = 8
 
-// pollInterval is how often Poll looks at the queue while it waits.
-const pollInterval = 100 * time.Millisecond
+// wakeSlice bounds one blocking wait of Poll for a wake-up token (BLPOP),
+// and so how long Poll may take to notice that its context ended.
+const wakeSlice = time.Second
+
+// fallbackPoll is how often a Poll that found no free blocking slot looks
+// at its queue again.
+const fallbackPoll = 100 * time.Millisecond
+
+// DefaultBlockingPolls is how many Polls may block on Redis at once (each
+// holds a pooled connection while it does); see WithBlockingPolls.
+const DefaultBlockingPolls = 8
 
 type options struct {
 	clock       clock.Clock
@@ -79,10 +88,17 @@ type options struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	floor       func(ctx context.Context) (int64, error)
+	blocking    int
 }
 
 // Option configures an Engine.
 type Option func(*options)
+
+// WithBlockingPolls bounds how many Polls block on Redis (BLPOP) at once;
+// the others re-check their queue every 100 ms. Keep it well below the
+// client's pool size so transitions never wait for a connection
+// (default DefaultBlockingPolls).
+func WithBlockingPolls(n int) Option { return func(o *options) { o.blocking = n } }
 
 // WithClock sets the clock every timestamp, deadline and lease expiry comes
 // from (default the real clock).
@@ -132,7 +148,9 @@ type Engine struct {
 	rnd *rand.Rand
 
 	floor func(ctx context.Context) (int64, error)
-	lmu   sync.Mutex // guards runID, maxFence
+	// blockers holds one token per Poll blocked on Redis (see WithBlockingPolls).
+	blockers chan struct{}
+	lmu      sync.Mutex // guards runID, maxFence
 	// runID is the Redis run_id seen at the last Campaign or Renew ("" =
 	// unknown); maxFence the highest fence this Engine held. Both let
 	// Campaign detect a Redis restart and never hand out an older fence.
@@ -161,6 +179,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		grace:       DefaultDeliveryGrace,
 		backoffBase: DefaultBackoffBase,
 		backoffMax:  DefaultBackoffMax,
+		blocking:    DefaultBlockingPolls,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -174,18 +193,19 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 	}
 	kb := "fw{" + o.prefix + "}:"
 	e := &Engine{
-		rdb:     rdb,
-		clock:   o.clock,
-		log:     o.log.With().Str("component", "engine").Logger(),
-		grace:   o.grace,
-		base:    o.backoffBase,
-		max:     o.backoffMax,
-		keyBase: kb,
-		keys:    []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
-		rnd:     o.rnd,
-		floor:   o.floor,
-		scripts: map[string]*redis.Script{},
-		wsets:   map[string]*windowSet{},
+		rdb:      rdb,
+		clock:    o.clock,
+		log:      o.log.With().Str("component", "engine").Logger(),
+		grace:    o.grace,
+		base:     o.backoffBase,
+		max:      o.backoffMax,
+		keyBase:  kb,
+		keys:     []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
+		rnd:      o.rnd,
+		floor:    o.floor,
+		blockers: make(chan struct{}, max(o.blocking, 0)),
+		scripts:  map[string]*redis.Script{},
+		wsets:    map[string]*windowSet{},
 	}
 	lib, err := luaFS.ReadFile("lua/lib.lua")
 	if err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -474,6 +475,79 @@ func TestFailureThreshold(t *testing.T) {
 			}
 			if r, _ := h.rollout(id); r.Counters.Skipped != 2 || r.Status != fleetwave.RolloutBlocked {
 				t.Fatalf("halted rollout %s %+v", r.Status, r.Counters)
+			}
+		})
+	})
+}
+
+func TestLongPollWakesOnDispatch(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		h.create(spec("web", 2, "web", 1, 2, 0))
+		t.Run("a leftover token only costs another look", func(t *testing.T) {
+			// a token whose attempt is gone: the poll keeps waiting
+			if err := rdb.RPush(h.ctx, h.e.key("wake", "n1"), "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			as, err := h.e.Poll(h.ctx, "n1", 5, 1500*time.Millisecond)
+			if err != nil || len(as) != 0 {
+				t.Fatalf("poll without attempts returned %v (%v)", ids(as), err)
+			}
+			if took := time.Since(start); took < time.Second {
+				t.Fatalf("poll ended after %v, before its wait", took)
+			}
+		})
+		t.Run("a waiting poll returns the attempt Step dispatches", func(t *testing.T) {
+			type result struct {
+				as   []fleetwave.Attempt
+				err  error
+				took time.Duration
+			}
+			done := make(chan result, 1)
+			started := make(chan struct{})
+			go func() {
+				close(started)
+				start := time.Now()
+				as, err := h.e.Poll(context.Background(), "n1", 5, 5*time.Second)
+				done <- result{as, err, time.Since(start)}
+			}()
+			<-started
+			time.Sleep(200 * time.Millisecond) // let it block
+			if res := h.step(); res.Dispatched != 2 {
+				t.Fatalf("dispatched %d", res.Dispatched)
+			}
+			got := <-done
+			if got.err != nil || len(got.as) != 1 || got.as[0].Node != "n1" {
+				t.Fatalf("long poll returned %v (%v)", ids(got.as), got.err)
+			}
+			if got.took >= 4*time.Second {
+				t.Fatalf("long poll took %v: not woken by the dispatch", got.took)
+			}
+			if n, _ := rdb.Exists(h.ctx, h.e.key("wake", "n1")).Result(); n != 0 {
+				t.Fatal("wake-up token kept after the queue was emptied")
+			}
+			// a poll that is not woken still looks again every wakeSlice, so
+			// the timing above cannot tell; the token of n2 (not polled) can
+			if n, err := rdb.LLen(h.ctx, h.e.key("wake", "n2")).Result(); err != nil || n != 1 {
+				t.Fatalf("n2 holds %d wake-up tokens (%v), want 1", n, err)
+			}
+		})
+		t.Run("a cancelled wait ends the poll", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := h.e.Poll(ctx, "idle", 1, time.Hour)
+				done <- err
+			}()
+			time.Sleep(200 * time.Millisecond)
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled poll returned %v", err)
+			}
+			if took := time.Since(start); took >= 5*time.Second {
+				t.Fatalf("cancelled poll took %v", took)
 			}
 		})
 	})

@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
 		return nil, err
 	}
-	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor))
+	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor), engine.WithBlockingPolls(blockingPolls))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
 	}

@@ -16,6 +16,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// poolSize is the hub's Redis connection pool; blockingPolls of them at most
+// are held by agents' long polls (engine.WithBlockingPolls), the rest serve
+// transitions.
+const (
+	poolSize      = 64
+	blockingPolls = 32
+)
+
 // redisBackend is an open Redis connection and how to close what backs it.
 type redisBackend struct {
 	client  redis.UniversalClient
@@ -34,14 +42,14 @@ func openRedis(ctx context.Context, mode, dataDir string, log zerolog.Logger) (*
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		log.Warn().Str("component", "redis").Msg("embedded redis: in memory, not durable; use managed or a URL in production")
-		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, PoolSize: poolSize})
 		return &redisBackend{client: c, mode: mode, close: func() { _ = c.Close(); m.Close() }}, nil
 	case mode == "managed":
 		s, err := startManaged(ctx, dataDir, log)
 		if err != nil {
 			return nil, err
 		}
-		c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.socket, ContextTimeoutEnabled: true})
+		c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.socket, ContextTimeoutEnabled: true, PoolSize: poolSize})
 		if err := waitPing(ctx, c, 10*time.Second); err != nil {
 			s.stop()
 			return nil, fmt.Errorf("managed redis: %w", err)
@@ -53,6 +61,9 @@ func openRedis(ctx context.Context, mode, dataDir string, log zerolog.Logger) (*
 			return nil, fmt.Errorf("redis url: %w", err)
 		}
 		opts.ContextTimeoutEnabled = true
+		if opts.PoolSize == 0 {
+			opts.PoolSize = poolSize
+		}
 		c := redis.NewClient(opts)
 		if err := waitPing(ctx, c, 10*time.Second); err != nil {
 			_ = c.Close()

@@ -214,6 +214,13 @@ local function dispatch(it, wave)
     'fence', WV.fence, 'deadline', int(deadline), 'dispatched_at', int(NOW),
     'state', 'queued', 'payload', payload)
   redis.call('RPUSH', P .. 'q:' .. it.node, aid)
+  -- wake a Poll blocked on the node (BLPOP): one token is enough, and one
+  -- left over only costs a waiter an extra look at its queue; the TTL is
+  -- garbage collection only (the token is useless once the attempt is due)
+  local wk = P .. 'wake:' .. it.node
+  redis.call('RPUSH', wk, '1')
+  redis.call('LTRIM', wk, 0, 0)
+  redis.call('PEXPIRE', wk, int(tmo + WV.grace))
   redis.call('ZADD', P .. 'deadlines', int(deadline), aid)
   redis.call('SADD', k_lf(it.rollout, it.managed_by), it.id)
   redis.call('ZREM', k_lp(it.rollout, it.managed_by), it.id)
