@@ -27,7 +27,7 @@ demo: build
 ## bench: the benchmark reports (engine, git write-back, reconciler, schema) with their baselines
 ## (redis-benchmark, the git CLI, cue vet when installed); figures are printed, never asserted
 bench:
-	FLEETWAVE_BENCH=1 $(GITENV) $(GO) test -count=1 -timeout 30m -run 'TestBench|Figure' -v \
+	FLEETWAVE_BENCH=1 $(GITENV) $(GO) test -p 1 -count=1 -timeout 30m -run 'TestBench|Figure' -v \
 		./engine/ ./gitsync/ ./reconciler/ ./schema/ ./hub/ | grep -v -e '^=== ' -e '^--- PASS' -e '^PASS$$'
 
 vet:
