@@ -144,7 +144,9 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		// without a lease (a new status branch) the push creates the branch
 		// only if it is still absent: a branch someone created meanwhile
 		// is a non-fast-forward race like any other
-		err = r.repo.PushContext(ctx, push)
+		pctx, cancel := transportContext(ctx)
+		err = r.repo.PushContext(pctx, push)
+		cancel()
 		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
 			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(localRef, h)); err != nil {
 				return StatusResult{}, fmt.Errorf("update tracking ref: %w", err)

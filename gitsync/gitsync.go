@@ -253,7 +253,9 @@ func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
 func (r *Repo) clone(ctx context.Context) error {
 	_, statErr := os.Stat(r.src.Dir)
 	created := errors.Is(statErr, os.ErrNotExist)
-	repo, err := git.PlainCloneContext(ctx, r.src.Dir, true, &git.CloneOptions{
+	cctx, cancel := transportContext(ctx)
+	defer cancel()
+	repo, err := git.PlainCloneContext(cctx, r.src.Dir, true, &git.CloneOptions{
 		URL:           r.remote,
 		RemoteName:    remoteName,
 		ReferenceName: plumbing.NewBranchReferenceName(r.src.Branch),
@@ -347,7 +349,9 @@ func (r *Repo) fetch(ctx context.Context) (plumbing.Hash, error) {
 
 // fetchSpecs fetches specs from the remote; already up to date is nil.
 func (r *Repo) fetchSpecs(ctx context.Context, specs []config.RefSpec) error {
-	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+	fctx, cancel := transportContext(ctx)
+	defer cancel()
+	err := r.repo.FetchContext(fctx, &git.FetchOptions{
 		RemoteName: remoteName,
 		RefSpecs:   specs,
 		Tags:       git.NoTags,
@@ -478,3 +482,16 @@ func (pathNormalizer) ObjectKey(p string) (fleetwave.ObjectKey, bool) {
 }
 
 func (pathNormalizer) Normalize(_ string, data []byte) ([]byte, error) { return data, nil }
+
+// transportTimeout bounds one clone, fetch or push.
+const transportTimeout = 2 * time.Minute
+
+// transportContext detaches a git transport call from the caller's
+// cancellation and bounds it by transportTimeout instead. Cancelling a
+// go-git file:// transport kills git-upload-pack/receive-pack and then waits
+// for its output pipes, which a surviving child process can hold open
+// forever; a local fetch or push finishes in milliseconds, so letting it end
+// is both safe and prompt.
+func transportContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), transportTimeout)
+}
