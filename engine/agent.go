@@ -126,17 +126,17 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	default:
 		return fmt.Errorf("class %q: %w", res.Class, ErrInvalidResult)
 	}
-	inst, instAt := "", int64(0)
+	inst, instAt, instGen := "", int64(0), int64(-1)
 	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
 		b, err := json.Marshal(res.Instance)
 		if err != nil {
 			return fmt.Errorf("encode instance: %w", err)
 		}
-		inst, instAt = string(b), res.Instance.UpdatedAt.UnixMilli()
+		inst, instAt, instGen = string(b), res.Instance.UpdatedAt.UnixMilli(), res.Instance.Generation
 	}
 	status, rest, err := e.run(ctx, "complete", "", e.nowMS(), node, res.AttemptID, fenceArg(res.Fence),
 		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst, max(instAt, 0),
-		e.grace.Milliseconds(), DefaultActionTimeout.Milliseconds(), batchLimit)
+		e.grace.Milliseconds(), DefaultActionTimeout.Milliseconds(), batchLimit, instGen)
 	if err != nil {
 		return err
 	}

@@ -648,3 +648,26 @@ func TestStalePlanIsDropped(t *testing.T) {
 		}
 	})
 }
+
+func TestHealthGateNeedsTheItemsOwnGeneration(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		_, ids := h.create(spec("gate", 1, "web", 3, 1, 0))
+		h.step()
+		a := h.poll("n1")[0]
+		res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess,
+			Instance: &fleetwave.InstanceStatus{Block: "web", Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: 2, UpdatedAt: t0}}
+		if err := h.e.Complete(h.ctx, "n1", res); err != nil {
+			t.Fatal(err)
+		}
+		h.check()
+		if it := h.item(ids[0]); it.Status != fleetwave.ItemAmbiguous || it.Reason != "awaiting_report" {
+			t.Fatalf("a success reporting generation 2 for a generation-3 item = %s/%s, want ambiguous/awaiting_report", it.Status, it.Reason)
+		}
+		h.clk.Advance(time.Second)
+		h.report(fleetwave.Report{Node: "n1", SentAt: h.clk.Now(), Instances: []fleetwave.InstanceStatus{{Block: "web", Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: 3}}})
+		if it := h.item(ids[0]); it.Status != fleetwave.ItemCompleted {
+			t.Fatalf("after a report at generation 3: %s, want completed", it.Status)
+		}
+	})
+}

@@ -1,7 +1,11 @@
 -- complete: ARGV[4] node, [5] attempt id, [6] attempt fence, [7] class,
 -- [8] exit code, [9] backoff base ms, [10] backoff max ms, [11] jitter,
 -- [12] observed instance json ("" = none), [13] its updated_at (agent ms),
--- [14] delivery grace ms, [15] default action timeout ms, [16] scan limit.
+-- [14] delivery grace ms, [15] default action timeout ms, [16] scan limit,
+-- [17] the reported instance's generation (-1 = no instance reported).
+-- Health gate: a success whose instance shows an earlier generation than
+-- the item's does not count as done (a status left from an earlier revision
+-- never counts); the item waits, ambiguous, for a full report that shows it.
 -- When the result empties its lane's current wave, the lane's next wave
 -- starts here (lane_wave) under the leader's fence, so agents need not wait
 -- for the next Step; that only happens while the lease is valid, and never
@@ -27,7 +31,12 @@ end
 close_attempt(aid, node, 'done', class)
 redis.call('HSET', k_a(aid), 'exit_code', ARGV[8])
 local done = 0
-if class == 'success' then
+local igen = tonumber(ARGV[17]) or -1
+if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent' then
+  redis.call('HSET', k_i(it.id), 'last_class', 'success')
+  set_status(it, 'ambiguous', 'awaiting_report')
+  redis.call('SADD', P .. 'amb:' .. node, it.id)
+elseif class == 'success' then
   redis.call('HSET', k_i(it.id), 'last_class', 'success')
   done = finish(it, 'completed', '')
   if ARGV[12] ~= '' then
