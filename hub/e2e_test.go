@@ -123,6 +123,9 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			doc := waitFile(t, remote, "status/rollouts/web-g1.yaml", func(s string) bool {
 				return strings.Contains(s, "status: completed") && strings.Contains(s, "done: 3") && strings.Contains(s, "total: 3")
 			})
+			if msg := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "-1", "--format=%B", "main"); !strings.Contains(msg, "Fleetwave-Fence: ") || !strings.Contains(msg, "Fleetwave-Generation: trigger/web@1") {
+				t.Fatalf("status commit message lacks its trailers:\n%s", msg)
+			}
 			if strings.Contains(doc, "node: n1\n    version") || strings.Contains(doc, "command:") {
 				t.Fatalf("status leaks payloads:\n%s", doc)
 			}

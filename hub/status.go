@@ -47,6 +47,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 	trailers := []gitsync.Trailer{{Key: gitsync.TrailerSyncedAt, Value: applied}, {Key: gitsync.TrailerFence, Value: fmt.Sprint(fence)}}
 	if rollout != "" {
 		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerRollout, Value: rollout})
+		if r, _, err := h.eng.Rollout(ctx, rollout); err == nil && r.Source.Object != "" {
+			trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: fmt.Sprintf("%s@%d", r.Source.Object, r.Source.Generation)})
+		}
 	}
 	res, err := h.repo.WriteStatus(ctx, files, gitsync.StatusMessage(subject, "", trailers...))
 	if err != nil {
