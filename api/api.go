@@ -251,6 +251,11 @@ type RolloutAnswer struct {
 }
 
 func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
+	s.writeRollout(w, r)
+}
+
+// writeRollout answers the rollout named in the path with its items.
+func (s *server) writeRollout(w http.ResponseWriter, r *http.Request) {
 	ro, items, err := s.hub.Rollout(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -351,15 +356,7 @@ func (s *server) rolloutState(w http.ResponseWriter, r *http.Request, id Identit
 		return
 	}
 	s.log.Info().Str("rollout", r.PathValue("id")).Str("action", action).Str("actor", id.Name).Msg("rollout state changed")
-	ro, items, err := s.hub.Rollout(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if items == nil {
-		items = []fleetwave.Item{}
-	}
-	writeJSON(w, http.StatusOK, RolloutAnswer{Rollout: ro, Items: items})
+	s.writeRollout(w, r)
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -353,23 +353,10 @@ func (h *Hub) syncStep(ctx context.Context) {
 			return
 		}
 	}
-	files, refused, err := h.repo.Files(ctx, head)
+	snap, verr, err := loadAt(ctx, h.repo, h.validator, head)
 	if err != nil {
-		log.Warn().Err(err).Msg("read commit")
+		log.Warn().Err(err).Msg("read or validate commit")
 		return
-	}
-	snap, err := h.validator.Load(files)
-	var verr *fleetwave.ValidationError
-	if err != nil && !errors.As(err, &verr) {
-		log.Error().Err(err).Msg("validate commit")
-		return
-	}
-	if len(refused) > 0 {
-		if verr == nil {
-			verr = &fleetwave.ValidationError{}
-		}
-		verr.Errors = append(verr.Errors, refused...)
-		verr.Sort()
 	}
 	if verr != nil {
 		h.mu.Lock()
@@ -384,12 +371,6 @@ func (h *Hub) syncStep(ctx context.Context) {
 		})
 		return
 	}
-	gens, err := h.repo.Generations(ctx, head)
-	if err != nil {
-		log.Error().Err(err).Msg("compute generations")
-		return
-	}
-	snap.Commit, snap.Generations = head, gens
 	h.mu.Lock()
 	h.snapshot, h.lastSeen = snap, head
 	h.mu.Unlock()

@@ -170,6 +170,10 @@ func itemKey(it fleetwave.ItemSpec) string {
 	return strings.Join([]string{it.Node, it.Block, it.Action, it.TargetVersion, it.ConfigHash}, "\x00")
 }
 
+// loadAt reads commit from the object store and validates it as a whole:
+// a snapshot with its generations, or the commit's validation errors
+// (refused files included), or an error when it cannot be read at all.
+// The hub's sync and `fleetwave plan` both load commits through it.
 func loadAt(ctx context.Context, repo *gitsync.Repo, v *schema.Validator, commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
 	files, refused, err := repo.Files(ctx, commit)
 	if err != nil {

@@ -90,7 +90,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		spec.ObservedAt = observedAt
 		h.createRollout(ctx, fence, spec)
 	}
-	h.manualRequests(ctx, fence, snap, obs, observedAt, opts)
+	h.manualRequests(ctx, fence, snap, obs, observedAt, opts, actor)
 	h.mu.Lock()
 	h.holds, h.problems = plan.Holds, plan.Problems
 	h.mu.Unlock()
@@ -158,7 +158,7 @@ func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fl
 // its targets are resolved at that moment and pinned, so nodes labelled
 // later are never added. A request that can never run (no matching node)
 // is recorded with its error code.
-func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts reconciler.Options) {
+func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts reconciler.Options, actor string) {
 	if len(snap.Rollouts) == 0 {
 		return
 	}
@@ -186,10 +186,7 @@ func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.S
 			outcome = "error:" + code
 			h.log.Warn().Str("request", name).Str("code", code).Str("error", err.Error()).Msg("manual rollout refused")
 		} else {
-			spec.ObservedAt = now
-			if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
-				spec.Source.Actor = info.Email
-			}
+			spec.ObservedAt, spec.Source.Actor = now, actor
 			outcome = h.createRollout(ctx, fence, spec)
 		}
 		if err := h.redis.client.HSet(ctx, keyManual, name, outcome).Err(); err != nil {

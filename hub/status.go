@@ -36,7 +36,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	if unchanged {
 		return
 	}
-	files, subject, rollout, err := h.statusFiles(ctx)
+	files, subject, rollout, generation, err := h.statusFiles(ctx)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -47,9 +47,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 	trailers := []gitsync.Trailer{{Key: gitsync.TrailerSyncedAt, Value: applied}, {Key: gitsync.TrailerFence, Value: fmt.Sprint(fence)}}
 	if rollout != "" {
 		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerRollout, Value: rollout})
-		if r, _, err := h.eng.Rollout(ctx, rollout); err == nil && r.Source.Object != "" {
-			trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: fmt.Sprintf("%s@%d", r.Source.Object, r.Source.Generation)})
-		}
+	}
+	if generation != "" {
+		trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: generation})
 	}
 	res, err := h.repo.WriteStatus(ctx, files, gitsync.StatusMessage(subject, "", trailers...))
 	if err != nil {
@@ -73,18 +73,18 @@ func (h *Hub) statusStep(ctx context.Context) {
 
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
 // status/nodes/<id>.yaml. It never includes rendered configs or payloads.
-func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject, rolloutID string, err error) {
+func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject, rolloutID, generation string, err error) {
 	counters, err := h.eng.Counters(ctx)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", "", err
 	}
 	rollouts, err := h.eng.Rollouts(ctx)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", "", err
 	}
 	obs, err := h.eng.Observations(ctx)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", "", err
 	}
 	h.mu.Lock()
 	snap, syncState := h.snapshot, h.sync
@@ -111,11 +111,11 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 		}
 		_, items, err := h.eng.Rollout(ctx, r.ID)
 		if err != nil {
-			return nil, "", "", fmt.Errorf("rollout %s: %w", r.ID, err)
+			return nil, "", "", "", fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
 		doc, err := rolloutStatus(r, items)
 		if err != nil {
-			return nil, "", "", err
+			return nil, "", "", "", err
 		}
 		files["status/rollouts/"+r.ID+".yaml"] = doc
 	}
@@ -124,6 +124,9 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 		c := newest.Counters
 		subject = fmt.Sprintf("status: rollout %s %s wave %d, %d/%d done, %d failed", newest.ID, newest.Status, newest.Wave, c.Done, c.Total, c.Failed)
 		rolloutID = newest.ID
+		if newest.Source.Object != "" {
+			generation = fmt.Sprintf("%s@%d", newest.Source.Object, newest.Source.Generation)
+		}
 	}
 	if syncState.Result == "rejected" {
 		subject = fmt.Sprintf("status: commit %s rejected (%d errors)", short(syncState.Commit), len(syncState.Errors))
@@ -179,7 +182,7 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 	}
 	doc, err := toYAML(summary)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", "", err
 	}
 	files["status/summary.yaml"] = doc
 
@@ -238,11 +241,11 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 		}
 		doc, err := toYAML(ns)
 		if err != nil {
-			return nil, "", "", err
+			return nil, "", "", "", err
 		}
 		files["status/nodes/"+node+".yaml"] = doc
 	}
-	return files, subject, rolloutID, nil
+	return files, subject, rolloutID, generation, nil
 }
 
 func short(c string) string {
