@@ -139,6 +139,11 @@ type ItemSpec struct {
 	// SkipReason creates the item directly as skipped with this reason
 	// (e.g. cli_managed), so the conflict is visible and counted.
 	SkipReason string `json:"skip_reason,omitempty"`
+	// BlockReason creates the item directly as blocked with this reason
+	// (e.g. invalid_config) and BlockMessage: it is never dispatched and
+	// stays blocked until a newer generation or a different config.
+	BlockReason  string `json:"block_reason,omitempty"`
+	BlockMessage string `json:"block_message,omitempty"`
 	// Payload is what the agent needs to run the action (command, config);
 	// it never appears in status files, logs or API answers other than the
 	// agent's own attempt endpoint.
@@ -249,6 +254,10 @@ type Item struct {
 	LastAttempt   string       `json:"last_attempt,omitempty"`
 	LastClass     ResultClass  `json:"last_failure_class,omitempty"`
 	DesiredState  DesiredState `json:"desired_state,omitempty"`
+	// Message explains a blocked item that was never dispatched (e.g. the
+	// config_schema error of its rendered config; it names fields, never
+	// values).
+	Message string `json:"message,omitempty"`
 }
 
 // Attempt is one dispatch of an item to an agent.

@@ -227,6 +227,7 @@ func decodeItem(m map[string]string) fleetwave.Item {
 		LastAttempt:   m["last_attempt"],
 		LastClass:     fleetwave.ResultClass(m["last_class"]),
 		DesiredState:  fleetwave.DesiredState(m["desired_state"]),
+		Message:       m["message"],
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // itemFields is the number of script arguments per item of CreateRollout.
-const itemFields = 16
+const itemFields = 17
 
 // CreateRollout records a rollout and its items in one atomic script, under
 // fence. Items are dispatched in the order given (the caller sorts them by
@@ -27,6 +27,9 @@ const itemFields = 16
 //   - a spec is skipped when an item of the instance at the spec's
 //     generation or newer finished at or after spec.ObservedAt: the
 //     observations behind the plan predate that result;
+//   - a spec with a BlockReason is created as blocked (never dispatched)
+//     unless the instance's last item was already blocked at the same
+//     generation and config hash;
 //   - the specs of one split group (ItemSpec.Group, within the rollout) are
 //     created all or none: when one of them is skipped by the rules above,
 //     all are (a spec with a SkipReason is recorded but takes no part in
@@ -57,7 +60,14 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 			oneShot = "1"
 		}
 		wsID := ""
-		if it.SkipReason == "" {
+		reason, blocked := it.SkipReason, ""
+		if it.BlockReason != "" {
+			reason, blocked = it.BlockReason, it.BlockMessage
+			if blocked == "" {
+				blocked = it.BlockReason
+			}
+		}
+		if reason == "" {
 			id, def, err := windowSetOf(it)
 			if err != nil {
 				return "", nil, fmt.Errorf("item %s: %w", it.Instance(), err)
@@ -70,8 +80,8 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 		}
 		itemArgs = append(itemArgs, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
 			it.ConfigHash, string(it.DesiredState), it.ManagedBy, string(it.Criticality),
-			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, it.SkipReason,
-			it.Group, strings.Join(it.Requires, "\n"))
+			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, reason,
+			it.Group, strings.Join(it.Requires, "\n"), blocked)
 	}
 	args := make([]any, 0, 10+2*len(sets)+len(itemArgs))
 	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,

@@ -75,7 +75,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	plan := reconciler.PlanWith(reported, obs, observedAt, opts)
 	plan.Holds = append(plan.Holds, awaiting...)
 	for _, p := range plan.Problems {
-		h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance not planned")
+		h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance cannot run as written")
 	}
 	actor := ""
 	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
@@ -135,7 +135,7 @@ func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fl
 		if f.Due && f.Held == "" {
 			spec, problems := reconciler.PlanSchedule(snap, obs, snap.Triggers[f.Trigger], f.Tick, opts)
 			for _, p := range problems {
-				h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("reason", p.Reason).Str("error", p.Message).Msg("instance not planned")
+				h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("reason", p.Reason).Str("error", p.Message).Msg("instance cannot run as written")
 			}
 			if len(spec.Items) > 0 {
 				specs = append(specs, spec)

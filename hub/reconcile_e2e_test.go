@@ -104,6 +104,46 @@ selector: match_labels: tier: "web"
 		}
 	})
 
+	t.Run("a rendered config failing the block schema blocks that instance only until a new generation", func(t *testing.T) {
+		files := dbFleet()
+		files["blocks/db.cue"] = strings.Replace(files["blocks/db.cue"], "actions: {", "config_schema: \"{replicas: int & >=1 & <=5}\"\nactions: {", 1)
+		// the batch tier asks for more replicas than the schema allows
+		files["brc/db.cue"] = "kind: \"trigger\"\nname: \"db\"\nblock_name: \"db\"\ntarget_version: \"1\"\nmax_concurrent: 3\n" +
+			"block_config_template: \"replicas: {% if node.labels.tier == 'batch' %}9{% else %}2{% endif %}\"\n"
+		remote := gittest.NewRemote(t, files)
+		f := startFleet(t, remote, "unix://"+redistest.Start(t).Addr, nodes)
+		r, items := f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+		if r.Counters.Done != 2 || r.Counters.Failed != 1 {
+			t.Fatalf("db-g1 counters %+v, want 2 done and 1 blocked", r.Counters)
+		}
+		for _, it := range items {
+			blocked := it.Status == fleetwave.ItemBlocked && it.Reason == "invalid_config" && strings.Contains(it.Message, "replicas")
+			if (it.Node == "n3") != blocked {
+				t.Fatalf("item %s on %s: %s %q %q", it.ID, it.Node, it.Status, it.Reason, it.Message)
+			}
+		}
+		if strings.Contains(runs(t, f, "n3"), "install") {
+			t.Fatal("the instance with an invalid config was installed")
+		}
+		doc := waitFile(t, remote, "status/rollouts/db-g1.yaml", func(s string) bool { return strings.Contains(s, "invalid_config") })
+		if strings.Contains(doc, "replicas: 9") {
+			t.Fatalf("status shows the rendered config value:\n%s", doc)
+		}
+		time.Sleep(500 * time.Millisecond) // a few reconciles: the same generation is not retried
+		if s, _ := f.hub.Summary(context.Background()); len(s.Rollouts) != 1 {
+			t.Fatalf("the blocked instance was planned again at the same generation: %d rollouts", len(s.Rollouts))
+		}
+		gittest.Push(t, remote, map[string]string{"brc/db.cue": "kind: \"trigger\"\nname: \"db\"\nblock_name: \"db\"\ntarget_version: \"1\"\nmax_concurrent: 3\n" +
+			"block_config_template: \"replicas: 2\"\n"}, nil, "db: 2 replicas everywhere")
+		_, items = f.waitRollout(t, "db-g2", fleetwave.RolloutCompleted)
+		for _, it := range items {
+			if it.Node == "n3" && it.Status == fleetwave.ItemCompleted {
+				return
+			}
+		}
+		t.Fatalf("db-g2 did not install n3: %+v", items)
+	})
+
 	t.Run("observe mode dispatches nothing while status shows the drift", func(t *testing.T) {
 		files := dbFleet()
 		files["fleetwave.cue"] = "kind: \"config\"\nname: \"fleetwave\"\nreconcile_mode: \"observe\"\n"

@@ -134,13 +134,14 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 	var items []rankedItem
 	for _, id := range targets {
 		n := snap.Nodes[id]
-		var rendered, hash string
+		var rendered, hash, invalid string
 		if desired != fleetwave.StateAbsent {
 			out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, &eff), CredentialScope(n))
 			if err != nil {
-				return fleetwave.RolloutSpec{}, requestError(req, "invalid_request", ErrInvalidRequest, "node %s: %v", id, err)
+				invalid = err.Error() // the node's item is created blocked, the others run
+			} else {
+				rendered, hash = out, ConfigHash(out)
 			}
-			rendered, hash = out, ConfigHash(out)
 		}
 		item, p := buildItem(snap, n, &eff, block, action, gen, rendered, hash, desired)
 		if p != nil {
@@ -149,6 +150,8 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		item.BypassWindows = true // manual triggers always bypass windows
 		observed := observedInstance(obs, fleetwave.InstanceKey{Node: id, Block: t.BlockName})
 		switch {
+		case invalid != "":
+			item.BlockReason, item.BlockMessage, item.Payload = ReasonInvalidConfig, invalid, fleetwave.AttemptPayload{}
 		case n.Drain:
 			item.SkipReason, item.Payload = fleetwave.ReasonNodeDraining, fleetwave.AttemptPayload{}
 		case observed != nil && observed.ManagedBy == fleetwave.ManagedByCLI && action != fleetwave.ActionTakeover:

@@ -17,7 +17,9 @@ const (
 	// ReasonUnknownWindow: a maintenance window name does not resolve in the
 	// config; the instance is not planned (fails closed).
 	ReasonUnknownWindow = "unknown_window"
-	// ReasonInvalidConfig: the block_config_template did not render.
+	// ReasonInvalidConfig: the block_config_template did not render, or its
+	// output does not satisfy the block's config_schema; the item is created
+	// blocked with the error (never dispatched) until a newer generation.
 	ReasonInvalidConfig = "invalid_config"
 	// ReasonUnknownAction: the block has no such action.
 	ReasonUnknownAction = "unknown_action"

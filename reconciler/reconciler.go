@@ -214,16 +214,26 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		n := snap.Nodes[id]
 		ik := fleetwave.InstanceKey{Node: id, Block: t.BlockName}
 		observed := observedInstance(obs, ik)
-		var rendered, hash string
+		var rendered, hash, invalid string
 		if desired != fleetwave.StateAbsent {
 			out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
 			if err != nil {
-				problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: err.Error(), Key: ik})
-				continue
+				// The instance gets a blocked item carrying the error: it is
+				// counted and visible in its rollout, never dispatched, and
+				// stays blocked until a newer generation or config.
+				invalid = err.Error()
+				problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: invalid, Key: ik})
+			} else {
+				rendered, hash = out, ConfigHash(out)
 			}
-			rendered, hash = out, ConfigHash(out)
 		}
 		action := decide(t, desired, observed, hash)
+		if invalid != "" {
+			action = fleetwave.ActionInstall
+			if observed != nil {
+				action = configAction(t)
+			}
+		}
 		skip := ""
 		if observed != nil && observed.ManagedBy == fleetwave.ManagedByCLI {
 			// A CLI-managed instance is a conflict: migrate it first when
@@ -254,8 +264,12 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 			problems = append(problems, *p)
 			continue
 		}
-		if skip != "" {
+		switch {
+		case skip != "":
 			item.SkipReason = skip
+			item.Payload = fleetwave.AttemptPayload{} // never dispatched
+		case invalid != "":
+			item.BlockReason, item.BlockMessage = ReasonInvalidConfig, invalid
 			item.Payload = fleetwave.AttemptPayload{} // never dispatched
 		}
 		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -156,12 +157,22 @@ func TestPlanIsDeterministic(t *testing.T) {
 	}
 }
 
-func TestPlanReportsTemplateErrorsWithoutDispatching(t *testing.T) {
+func TestPlanBlocksInstancesWhoseTemplateFails(t *testing.T) {
 	snap := testSnapshot()
 	snap.Triggers["op"].BlockConfigTemplate = "x: {{ node.nope }}"
 	plan := PlanSnapshot(snap, nil, now)
-	if len(plan.Rollouts) != 0 || len(plan.Problems) != 3 || plan.Problems[0].Reason != "invalid_config" {
-		t.Fatalf("plan = %+v", plan)
+	if len(plan.Problems) != 3 || plan.Problems[0].Reason != "invalid_config" {
+		t.Fatalf("problems = %+v", plan.Problems)
+	}
+	if len(plan.Rollouts) != 1 || len(plan.Rollouts[0].Items) != 3 {
+		t.Fatalf("rollouts = %+v, want one rollout of 3 blocked items", plan.Rollouts)
+	}
+	for _, it := range plan.Rollouts[0].Items {
+		if it.BlockReason != ReasonInvalidConfig || !strings.Contains(it.BlockMessage, "nope") ||
+			it.Payload.Command != "" || it.Payload.Config != "" {
+			t.Fatalf("item %s: block %q %q payload %+v, want blocked invalid_config and no payload",
+				it.Instance(), it.BlockReason, it.BlockMessage, it.Payload)
+		}
 	}
 }
 
@@ -225,8 +236,17 @@ func TestPlanChecksTheRenderedConfigAgainstTheBlockSchema(t *testing.T) {
 	if len(seen) != 3 || seen[0] != "{node: string}" {
 		t.Fatalf("validator calls = %v", seen)
 	}
-	if got := nodesOf(plan.Rollouts[0]); strings.Join(got, ",") != "n1:install" {
-		t.Fatalf("items = %v, want only n1 (the eu nodes fail the schema)", got)
+	var dispatchable, blocked []string
+	for _, it := range plan.Rollouts[0].Items {
+		if it.BlockReason == "" {
+			dispatchable = append(dispatchable, it.Node)
+		} else if it.BlockReason == ReasonInvalidConfig && strings.Contains(it.BlockMessage, "config_schema at region") {
+			blocked = append(blocked, it.Node)
+		}
+	}
+	sort.Strings(blocked)
+	if strings.Join(dispatchable, ",") != "n1" || strings.Join(blocked, ",") != "n2,n3" {
+		t.Fatalf("dispatchable %v blocked %v, want n1 and n2,n3 (the eu nodes fail the schema)", dispatchable, blocked)
 	}
 	if len(plan.Problems) != 2 || plan.Problems[0].Reason != ReasonInvalidConfig || !strings.Contains(plan.Problems[0].Message, "config_schema at region") {
 		t.Fatalf("problems = %+v", plan.Problems)

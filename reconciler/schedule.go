@@ -155,14 +155,18 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 			continue
 		}
 		out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
+		invalid := ""
 		if err != nil {
-			problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: err.Error(), Key: ik})
-			continue
+			invalid, out = err.Error(), ""
+			problems = append(problems, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: ReasonInvalidConfig, Message: invalid, Key: ik})
 		}
 		item, p := buildItem(snap, n, t, block, action, gen, out, "", "")
 		if p != nil {
 			problems = append(problems, *p)
 			continue
+		}
+		if invalid != "" {
+			item.BlockReason, item.BlockMessage, item.Payload = ReasonInvalidConfig, invalid, fleetwave.AttemptPayload{}
 		}
 		// A scheduled action (backup, ...) leaves the instance's version,
 		// config hash, state and owner as they are: the agent keeps every

@@ -2,18 +2,20 @@
 -- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
 -- [10] source user, [11] item count, [12] observed_at ms (0 = unknown),
 -- [13] window set count k, then k pairs (window set id, definition json),
--- then 16 fields per item:
+-- then 17 fields per item:
 -- node, block, action, generation, target_version, config_hash,
 -- desired_state, managed_by, criticality, one_shot, timeout_ms, payload,
 -- window set id ('' = always open), skip reason ('' = none), split group
--- ('' = none), requirements (newline-separated).
+-- ('' = none), requirements (newline-separated), block message ('' =
+-- none; otherwise the item is created blocked with the skip reason field
+-- as its reason, e.g. invalid_config, and is never dispatched).
 -- A split group is created whole or not at all: when one of its (not
 -- skipped) specs would not be created, none of them is.
 -- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
 if not check_fence() then
   return { 'stale_fence' }
 end
-local NF = 16
+local NF = 17
 local n = tonumber(ARGV[11])
 local observed_at = tonumber(ARGV[12]) or 0
 local nws = tonumber(ARGV[13])
@@ -118,7 +120,12 @@ for i = 0, n - 1 do
   local lane = ARGV[b + 8]
   local skip = ARGV[b + 14]
   local grp = ARGV[b + 15]
-  if skip ~= '' then
+  local blocked = ARGV[b + 17]
+  local reason0 = skip
+  if blocked ~= '' then
+    skip = '' -- created like a normal item, but already finished
+  end
+  if skip ~= '' or blocked ~= '' then
     grp = '' -- a skipped item takes no part in its group's dispatch
   end
   local ik = k_inst(node, block)
@@ -142,6 +149,8 @@ for i = 0, n - 1 do
     local status, reason, done_at = 'pending', 'wave_gate', 0
     if skip ~= '' then
       status, reason, done_at = 'skipped', skip, NOW
+    elseif blocked ~= '' then
+      status, reason, done_at = 'blocked', reason0, NOW
     end
     redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
       'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
@@ -156,6 +165,11 @@ for i = 0, n - 1 do
     redis.call('HSETNX', k_lanes(rid), lane, '0')
     if skip ~= '' then
       redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', ARGV[b + 4], 'skip_hash', hash)
+    elseif blocked ~= '' then
+      redis.call('HSET', k_i(id), 'message', blocked)
+      redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
+        'last_gen', ARGV[b + 4], 'last_hash', hash, 'last_at', int(NOW))
+      redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
     else
       redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
       redis.call('ZADD', k_lp(rid, lane), int(pos), id)
