@@ -8,6 +8,11 @@
 // crash leaves the old or the new file, never a torn one. Values are
 // generated with crypto/rand once and returned unchanged afterwards, also
 // after reopening. No error ever contains a credential value.
+//
+// Several processes may share the directory (hub replicas on one machine
+// or on a shared volume): a new credential is created under an exclusive
+// lock on FileName.lock after re-reading the file, so two processes asking
+// for the same credential at once get the same value.
 package credstore
 
 import (
@@ -21,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // FileName is the store's file inside its directory.
@@ -43,8 +49,8 @@ var ErrBadKey = errors.New("credstore: key must be 32 bytes")
 // ErrDecrypt: the file does not open with the key (wrong key or tampered).
 var ErrDecrypt = errors.New("credstore: cannot decrypt the store (wrong key or corrupted file)")
 
-// Store is an open credential store. Safe for concurrent use within one
-// process; one process per directory.
+// Store is an open credential store, safe for concurrent use, also by
+// several processes sharing its directory.
 type Store struct {
 	dir  string
 	aead cipher.AEAD
@@ -66,25 +72,55 @@ func Open(dir string, key []byte) (*Store, error) {
 		return nil, fmt.Errorf("credstore: %w", err)
 	}
 	s := &Store{dir: dir, aead: aead, data: map[string]map[string]string{}}
-	sealed, err := os.ReadFile(filepath.Join(dir, FileName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return s, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("credstore: read: %w", err)
-	}
-	ns := aead.NonceSize()
-	if len(sealed) < ns {
-		return nil, ErrDecrypt
-	}
-	plain, err := aead.Open(nil, sealed[:ns], sealed[ns:], []byte(FileName))
-	if err != nil {
-		return nil, ErrDecrypt
-	}
-	if err := json.Unmarshal(plain, &s.data); err != nil {
-		return nil, ErrDecrypt
+	if err := s.load(); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// load replaces the in-memory data with the file's (nothing when there is
+// no file yet).
+func (s *Store) load() error {
+	sealed, err := os.ReadFile(filepath.Join(s.dir, FileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("credstore: read: %w", err)
+	}
+	ns := s.aead.NonceSize()
+	if len(sealed) < ns {
+		return ErrDecrypt
+	}
+	plain, err := s.aead.Open(nil, sealed[:ns], sealed[ns:], []byte(FileName))
+	if err != nil {
+		return ErrDecrypt
+	}
+	data := map[string]map[string]string{}
+	if err := json.Unmarshal(plain, &data); err != nil {
+		return ErrDecrypt
+	}
+	s.data = data
+	return nil
+}
+
+// lock takes the exclusive inter-process lock of the directory.
+func (s *Store) lock() (unlock func(), err error) {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(s.dir, FileName+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 // GetOrCreate returns the credential name of scope, generating a random one
@@ -102,6 +138,18 @@ func (s *Store) GetOrCreate(scope, name string, length int) (string, error) {
 	}
 	if length < MinLength || length > MaxLength {
 		return "", fmt.Errorf("credstore: length %d is not within %d-%d", length, MinLength, MaxLength)
+	}
+	// Another process may have created it since this one read the file.
+	unlock, err := s.lock()
+	if err != nil {
+		return "", fmt.Errorf("credstore: lock: %w", err)
+	}
+	defer unlock()
+	if err := s.load(); err != nil {
+		return "", err
+	}
+	if v, ok := s.data[scope][name]; ok {
+		return v, nil
 	}
 	v, err := generate(length)
 	if err != nil {

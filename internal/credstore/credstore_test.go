@@ -3,6 +3,7 @@ package credstore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,8 +46,11 @@ func TestGetOrCreateIsStableAcrossReopen(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, FileName)); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode = %v", fi.Mode())
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Fatalf("leftover files: %v", entries)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != FileName && e.Name() != FileName+".lock" {
+			t.Fatalf("leftover file %s (a temporary file must not survive)", e.Name())
+		}
 	}
 }
 
@@ -86,6 +90,53 @@ func TestConcurrentCallersGetOneValue(t *testing.T) {
 	for _, v := range vals {
 		if v != vals[0] || v == "" {
 			t.Fatalf("values differ: %q", vals)
+		}
+	}
+}
+
+// TestTwoStoresOnOneDirectoryAgree: two stores opened on the same directory
+// (as two hub processes would; the lock is per open file, as across
+// processes) asking for the same new credentials at once get the same values.
+func TestTwoStoresOnOneDirectoryAgree(t *testing.T) {
+	dir := t.TempDir()
+	k := key(7)
+	a, err := Open(dir, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	got := make([][2]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		for j, s := range []*Store{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v, err := s.GetOrCreate("ws", fmt.Sprintf("db-%d", i), 24)
+				if err != nil {
+					t.Error(err)
+				}
+				got[i][j] = v
+			}()
+		}
+	}
+	wg.Wait()
+	for i, pair := range got {
+		if pair[0] == "" || pair[0] != pair[1] {
+			t.Fatalf("credential %d differs between the two stores", i)
+		}
+	}
+	c, err := Open(dir, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pair := range got {
+		if v, _ := c.GetOrCreate("ws", fmt.Sprintf("db-%d", i), 24); v != pair[0] {
+			t.Fatalf("credential %d changed after reopening", i)
 		}
 	}
 }
