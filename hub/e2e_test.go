@@ -301,6 +301,14 @@ func waitFile(t *testing.T, remote, path string, ok func(string) bool) string {
 	}
 }
 
+func berlin(t *testing.T) *time.Location {
+	loc, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
 func checkPlan(t *testing.T, remote string) {
 	t.Helper()
 	work := filepath.Join(t.TempDir(), "work")
@@ -310,7 +318,7 @@ func checkPlan(t *testing.T, remote string) {
 		t.Fatal(err)
 	}
 	gittest.Git(t, work, "commit", "-q", "-am", "web 1.1.0")
-	rep, err := hub.Plan(context.Background(), work, "main", "", "", time.Now())
+	rep, err := hub.Plan(context.Background(), hub.PlanRequest{Dir: work, Branch: "main", Base: "", Head: "", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,8 +338,57 @@ func checkPlan(t *testing.T, remote string) {
 	if strings.Contains(sb.String(), "version: 1.1.0") {
 		t.Fatalf("plan leaks a rendered config:\n%s", sb.String())
 	}
+	if rep.ApprovalsNeeded != 0 || rep.Rollouts[0].ApprovalRequired || !rep.Rollouts[0].ConfigChange {
+		t.Fatalf("without the gate: approvals %d, rollout %+v", rep.ApprovalsNeeded, rep.Rollouts[0])
+	}
+
+	// Under the approval gate the version change needs an approved request;
+	// new manual requests show the nodes they would pin, or why not.
+	for name, body := range map[string]string{
+		"web-again": "kind: \"rollout\"\nname: \"web-again\"\nbrc: \"web\"\nselector: match_labels: tier: \"web\"\n",
+		"nobody":    "kind: \"rollout\"\nname: \"nobody\"\nbrc: \"web\"\nselector: match_labels: tier: \"db\"\n",
+	} {
+		if err := os.MkdirAll(filepath.Join(work, "rollouts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, "rollouts", name+".cue"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nightly := "kind: \"trigger\"\nname: \"nightly\"\nblock_name: \"web\"\ntrigger_type: \"schedule\"\naction_name: \"upgrade\"\n" +
+		"cron_expression: \"30 2 * * *\"\ntimezone: \"Europe/Berlin\"\nnodes: [\"n1\"]\n"
+	if err := os.WriteFile(filepath.Join(work, "brc", "nightly.cue"), []byte(nightly), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, work, "add", "rollouts", "brc")
+	gittest.Git(t, work, "commit", "-q", "-m", "two requests and a schedule")
+	gated, err := hub.Plan(context.Background(), hub.PlanRequest{Dir: work, Branch: "main", Now: time.Now(), ApprovalGate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gated.ApprovalsNeeded != 2 || !gated.Rollouts[0].ApprovalRequired {
+		t.Fatalf("under the gate: %d approvals needed, rollouts %+v; want the git rollout and the manual one", gated.ApprovalsNeeded, gated.Rollouts)
+	}
+	if len(gated.Requests) != 2 || gated.Requests[0].Name != "nobody" || gated.Requests[0].Code != "no_matching_nodes" ||
+		gated.Requests[1].Name != "web-again" || strings.Join(gated.Requests[1].Targets, ",") != "n1,n2,n3" {
+		t.Fatalf("requests = %+v", gated.Requests)
+	}
+	if len(gated.Schedules) != 1 || gated.Schedules[0].Trigger != "nightly" || gated.Schedules[0].NextFireAt == "" {
+		t.Fatalf("schedules = %+v", gated.Schedules)
+	}
+	if at, _ := time.Parse(time.RFC3339, gated.Schedules[0].NextFireAt); at.In(berlin(t)).Format("15:04") != "02:30" {
+		t.Fatalf("next fire %s is not 02:30 in Berlin", gated.Schedules[0].NextFireAt)
+	}
+	sb.Reset()
+	gated.WriteText(&sb, false)
+	for _, want := range []string{"approval: REQUIRED", "Request nobody (brc web) would be refused: no_matching_nodes", "Request web-again (brc web) pins 3 node(s): n1, n2, n3", "Approvals needed: 2"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Fatalf("plan text lacks %q:\n%s", want, sb.String())
+		}
+	}
+
 	// No change at all says so.
-	same, err := hub.Plan(context.Background(), work, "main", "HEAD", "HEAD", time.Now())
+	same, err := hub.Plan(context.Background(), hub.PlanRequest{Dir: work, Branch: "main", Base: "HEAD", Head: "HEAD", Now: time.Now()})
 	if err != nil || !same.NoChanges() {
 		t.Fatalf("plan HEAD..HEAD = %+v (%v), want no changes", same, err)
 	}

@@ -21,18 +21,30 @@ import (
 // PlanReport is what a change between two revisions would do: the output of
 // `fleetwave plan`. It holds config hashes, never rendered values.
 type PlanReport struct {
-	Base     string               `json:"base"`
-	Head     string               `json:"head"`
-	Objects  []ObjectChange       `json:"objects"`
-	Rollouts []PlannedRollout     `json:"rollouts"`
-	Problems []reconciler.Problem `json:"problems,omitempty"`
+	Base     string           `json:"base"`
+	Head     string           `json:"head"`
+	Objects  []ObjectChange   `json:"objects"`
+	Rollouts []PlannedRollout `json:"rollouts"`
+	// Requests are the manual rollout requests (rollouts/<name>) the change
+	// adds: the targets they would pin now, or why they would be refused.
+	Requests []PlannedRequest `json:"requests,omitempty"`
+	// Schedules are the schedule triggers the change adds or modifies,
+	// with their next tick.
+	Schedules []PlannedSchedule `json:"schedules,omitempty"`
+	// ApprovalGate is the policy the report assumes (hub.yaml
+	// approval_required); ApprovalsNeeded counts the rollouts that would
+	// wait for an approved request under it.
+	ApprovalGate    bool                 `json:"approval_gate"`
+	ApprovalsNeeded int                  `json:"approvals_needed"`
+	Problems        []reconciler.Problem `json:"problems,omitempty"`
 	// Errors are the head's validation errors: such a commit would be rejected.
 	Errors []fleetwave.FileError `json:"errors,omitempty"`
 }
 
 // NoChanges reports whether the change would do nothing at all.
 func (p *PlanReport) NoChanges() bool {
-	return len(p.Objects) == 0 && len(p.Rollouts) == 0 && len(p.Errors) == 0 && len(p.Problems) == 0
+	return len(p.Objects) == 0 && len(p.Rollouts) == 0 && len(p.Errors) == 0 && len(p.Problems) == 0 &&
+		len(p.Requests) == 0 && len(p.Schedules) == 0
 }
 
 // ObjectChange is one object whose content (and so generation) changes.
@@ -51,6 +63,29 @@ type PlannedRollout struct {
 	Generation    int64         `json:"generation"`
 	MaxConcurrent int           `json:"max_concurrent"`
 	Lanes         []PlannedLane `json:"lanes"`
+	// ConfigChange: the rollout changes versions or rendered configs, so
+	// under the approval gate (DESIGN §4) it needs an approved request.
+	ConfigChange     bool `json:"config_change"`
+	ApprovalRequired bool `json:"approval_required"`
+}
+
+// PlannedRequest is a manual rollout request and what it would do now.
+type PlannedRequest struct {
+	Name    string   `json:"name"`
+	BRC     string   `json:"brc"`
+	Targets []string `json:"targets,omitempty"` // resolved once, pinned
+	Rollout string   `json:"rollout,omitempty"` // the rollout it would create
+	Code    string   `json:"error_code,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// PlannedSchedule is a schedule trigger the change touches.
+type PlannedSchedule struct {
+	Trigger    string `json:"trigger"`
+	Cron       string `json:"cron_expression"`
+	Timezone   string `json:"timezone,omitempty"`
+	NextFireAt string `json:"next_fire_at,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // PlannedLane is one owner's lane of a rollout, wave by wave.
@@ -71,13 +106,29 @@ type PlannedItem struct {
 	// it could go now), WaitsUntil when the next one opens.
 	Windows    string `json:"windows,omitempty"`
 	WaitsUntil string `json:"waits_until,omitempty"`
+	// Blocked or Skipped: the item would be created but never dispatched
+	// (e.g. invalid_config with its message, cli_managed).
+	Blocked string `json:"blocked,omitempty"`
+	Skipped string `json:"skipped,omitempty"`
 }
 
-// Plan compares two revisions of the repository in dir. base "" means the
-// merge base of head with the tracked branch (origin/<branch>, else
-// <branch>); head "" means HEAD. Observations come from status/nodes at
-// base, as the hub last committed them.
-func Plan(ctx context.Context, dir, branch, base, head string, now time.Time) (*PlanReport, error) {
+// PlanRequest says what to compare.
+type PlanRequest struct {
+	Dir    string // the repository (a working copy)
+	Branch string // the tracked branch
+	Base   string // "" = merge base of Head with origin/<Branch> (else <Branch>)
+	Head   string // "" = HEAD
+	Now    time.Time
+	// ApprovalGate assumes the hub's approval_required policy: config
+	// rollouts are then reported as needing an approved request.
+	ApprovalGate bool
+}
+
+// Plan compares two revisions of the repository in req.Dir (see
+// PlanRequest). Observations come from status/nodes at base, as the hub
+// last committed them.
+func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
+	dir, branch, base, head, now := req.Dir, req.Branch, req.Base, req.Head, req.Now
 	repo, done, err := gitsync.OpenLocal(dir, gitsync.WithNormalizer(normalizer{}))
 	if err != nil {
 		return nil, err
@@ -110,7 +161,7 @@ func Plan(ctx context.Context, dir, branch, base, head string, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	rep := &PlanReport{Base: baseHash, Head: headHash, Objects: []ObjectChange{}, Rollouts: []PlannedRollout{}}
+	rep := &PlanReport{Base: baseHash, Head: headHash, Objects: []ObjectChange{}, Rollouts: []PlannedRollout{}, ApprovalGate: req.ApprovalGate}
 
 	headSnap, verr, err := loadAt(ctx, repo, v, headHash)
 	if err != nil {
@@ -163,6 +214,53 @@ func Plan(ctx context.Context, dir, branch, base, head string, now time.Time) (*
 		rep.Rollouts = append(rep.Rollouts, plannedRollout(spec, items, now))
 	}
 	rep.Problems = headPlan.Problems
+	for _, name := range sortedKeys(headSnap.Rollouts) {
+		if baseSnap != nil && baseSnap.Rollouts[name] != nil {
+			continue // an existing request was handled (or refused) already
+		}
+		r := headSnap.Rollouts[name]
+		pr := PlannedRequest{Name: name, BRC: r.BRC}
+		spec, err := reconciler.PlanManual(headSnap, obs, r, opts)
+		var re *reconciler.RequestError
+		switch {
+		case errors.As(err, &re):
+			pr.Code, pr.Error = re.Code, err.Error()
+		case err != nil:
+			pr.Code, pr.Error = "invalid_request", err.Error()
+		default:
+			pr.Rollout = spec.BaseID
+			for _, it := range spec.Items {
+				pr.Targets = append(pr.Targets, it.Node)
+			}
+			sort.Strings(pr.Targets)
+			if len(spec.Items) > 0 {
+				rep.Rollouts = append(rep.Rollouts, plannedRollout(spec, spec.Items, now))
+			}
+		}
+		rep.Requests = append(rep.Requests, pr)
+	}
+	fires := map[string]reconciler.Fire{}
+	for _, f := range reconciler.Schedules(headSnap, nil, now) {
+		fires[f.Trigger] = f
+	}
+	for _, o := range rep.Objects {
+		t := headSnap.Triggers[o.Key.Name()]
+		if o.Key.Kind() != fleetwave.KindTrigger || t == nil || t.TriggerType != fleetwave.TriggerSchedule {
+			continue
+		}
+		ps := PlannedSchedule{Trigger: t.Name, Cron: t.CronExpression, Timezone: t.Timezone, Error: fires[t.Name].Error}
+		if at := fires[t.Name].NextFireAt; !at.IsZero() {
+			ps.NextFireAt = at.UTC().Format(time.RFC3339)
+		}
+		rep.Schedules = append(rep.Schedules, ps)
+	}
+	for i := range rep.Rollouts {
+		r := &rep.Rollouts[i]
+		r.ApprovalRequired = r.ConfigChange && req.ApprovalGate
+		if r.ApprovalRequired {
+			rep.ApprovalsNeeded++
+		}
+	}
 	return rep, nil
 }
 
@@ -246,7 +344,13 @@ func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now 
 			var wave []PlannedItem
 			for _, it := range list[i:min(i+pr.MaxConcurrent, len(list))] {
 				pi := PlannedItem{Node: it.Node, Block: it.Block, Action: it.Action, TargetVersion: it.TargetVersion,
-					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality)}
+					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality), Skipped: it.SkipReason}
+				if it.BlockReason != "" {
+					pi.Blocked = it.BlockReason + ": " + it.BlockMessage
+				}
+				if it.SkipReason == "" && it.BlockReason == "" && isConfigChange(it) {
+					pr.ConfigChange = true
+				}
 				if open, next, err := engine.WindowState(it, now); err == nil && !open {
 					var names []string
 					for _, w := range it.Windows {
@@ -264,6 +368,18 @@ func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now 
 		pr.Lanes = append(pr.Lanes, pl)
 	}
 	return pr
+}
+
+// isConfigChange reports whether an item changes what runs (version or
+// rendered config): the rollouts the approval gate applies to. Lifecycle
+// actions (start, stop), uninstall, takeover and scheduled operations
+// (backup, ...) do not.
+func isConfigChange(it fleetwave.ItemSpec) bool {
+	switch it.Action {
+	case fleetwave.ActionStart, fleetwave.ActionStop, fleetwave.ActionUninstall, fleetwave.ActionTakeover:
+		return false
+	}
+	return it.TargetVersion != "" || it.ConfigHash != ""
 }
 
 func shortHash(h string) string {
@@ -353,6 +469,14 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 			}
 		}
 		fmt.Fprintf(w, "Rollout %s: trigger %s generation %d, %d item(s), max_concurrent %d\n", code(r.ID), r.Trigger, r.Generation, n, r.MaxConcurrent)
+		switch {
+		case r.ApprovalRequired:
+			fmt.Fprintf(w, "%sapproval: REQUIRED (config change; a second identity with the admin role must approve a request)\n", bullet)
+		case r.ConfigChange:
+			fmt.Fprintf(w, "%sapproval: not required (approval gate off)\n", bullet)
+		default:
+			fmt.Fprintf(w, "%sapproval: not required (no version or config change)\n", bullet)
+		}
 		for _, l := range r.Lanes {
 			for i, wv := range l.Waves {
 				var parts []string
@@ -363,6 +487,12 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 					}
 					if it.ConfigHash != "" {
 						s += " config " + it.ConfigHash
+					}
+					switch {
+					case it.Blocked != "":
+						s += " BLOCKED " + it.Blocked
+					case it.Skipped != "":
+						s += " skipped " + it.Skipped
 					}
 					s += " (" + it.Criticality
 					if it.Windows != "" {
@@ -377,6 +507,29 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 			}
 		}
 		fmt.Fprintln(w)
+	}
+	for _, rq := range p.Requests {
+		if rq.Code != "" {
+			fmt.Fprintf(w, "Request %s (brc %s) would be refused: %s (%s)\n", code(rq.Name), rq.BRC, rq.Code, rq.Error)
+		} else {
+			fmt.Fprintf(w, "Request %s (brc %s) pins %d node(s): %s\n", code(rq.Name), rq.BRC, len(rq.Targets), strings.Join(rq.Targets, ", "))
+		}
+	}
+	for _, sc := range p.Schedules {
+		switch {
+		case sc.Error != "":
+			fmt.Fprintf(w, "Schedule %s %s: %s\n", code(sc.Trigger), code(sc.Cron), sc.Error)
+		case sc.NextFireAt != "":
+			fmt.Fprintf(w, "Schedule %s %s %s: next fire %s\n", code(sc.Trigger), code(sc.Cron), sc.Timezone, sc.NextFireAt)
+		default:
+			fmt.Fprintf(w, "Schedule %s %s: never fires\n", code(sc.Trigger), code(sc.Cron))
+		}
+	}
+	if len(p.Requests) > 0 || len(p.Schedules) > 0 {
+		fmt.Fprintln(w)
+	}
+	if p.ApprovalsNeeded > 0 {
+		fmt.Fprintf(w, "Approvals needed: %d rollout(s) wait for an approved request after merge.\n", p.ApprovalsNeeded)
 	}
 	for _, pr := range p.Problems {
 		fmt.Fprintf(w, "%sproblem: %s on %s (%s): %s\n", bullet, pr.Block, pr.Node, pr.Reason, pr.Message)

@@ -33,3 +33,27 @@ func TestPlannedRolloutShowsWindowWaitsAndWaves(t *testing.T) {
 		t.Fatalf("text:\n%s", sb.String())
 	}
 }
+
+func TestPlannedItemsShowBlockedSkippedAndConfigChanges(t *testing.T) {
+	spec := fleetwave.RolloutSpec{BaseID: "op-g3", MaxConcurrent: 5, Source: fleetwave.RolloutSource{Object: "trigger/op", Generation: 3}}
+	items := []fleetwave.ItemSpec{
+		{Node: "a", Block: "op", Action: "upgrade", BlockReason: "invalid_config", BlockMessage: "replicas: out of bound"},
+		{Node: "b", Block: "op", Action: "upgrade", TargetVersion: "2", SkipReason: "cli_managed"},
+		{Node: "c", Block: "op", Action: "start"},
+	}
+	pr := plannedRollout(spec, items, time.Now())
+	if pr.ConfigChange {
+		t.Fatalf("a rollout of a blocked, a skipped and a start item counts as a config change: %+v", pr)
+	}
+	var sb strings.Builder
+	(&PlanReport{Rollouts: []PlannedRollout{pr}}).WriteText(&sb, false)
+	for _, want := range []string{"upgrade op@a BLOCKED invalid_config: replicas: out of bound", "upgrade op@b -> 2 skipped cli_managed", "approval: not required (no version or config change)"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Fatalf("text lacks %q:\n%s", want, sb.String())
+		}
+	}
+	items = append(items, fleetwave.ItemSpec{Node: "d", Block: "op", Action: "apply", ConfigHash: "abc"})
+	if pr := plannedRollout(spec, items, time.Now()); !pr.ConfigChange {
+		t.Fatal("an apply with a new config hash is not a config change")
+	}
+}

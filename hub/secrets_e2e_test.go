@@ -81,7 +81,7 @@ block_config_template: """
 		t.Fatal(err)
 	}
 	gittest.Git(t, work, "commit", "-q", "-am", "db 2")
-	rep, err := hub.Plan(context.Background(), work, "main", "", "", time.Now())
+	rep, err := hub.Plan(context.Background(), hub.PlanRequest{Dir: work, Branch: "main", Base: "", Head: "", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

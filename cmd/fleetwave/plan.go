@@ -11,14 +11,17 @@ import (
 
 func planCmd(stdout io.Writer) *cobra.Command {
 	var base, head, branch, format, output string
+	var approvalGate bool
 	cmd := &cobra.Command{
 		Use:   "plan [--base REV] [--head REV] [DIR]",
 		Short: "Show what a change would do: objects whose generation grows, items by rollout, lane and wave",
 		Long: `plan compares two revisions of a config repository (default: the merge base of HEAD
 with the tracked branch, and HEAD) and prints what the hub would do: the objects whose
 generation grows, which block instances get which action on which nodes, rendered-config
-hashes (never values) and waves by lane. Observations come from the status/ files the hub
-committed. Exit 0 ("no changes" when nothing would happen), 1 when the head is invalid.`,
+hashes (never values), waves by lane, maintenance-window waits, the targets new manual
+requests (rollouts/) would pin, the next tick of changed schedules, and which rollouts
+would need an approved request under the approval gate (--approval-gate). Observations
+come from the status/ files the hub committed. Exit 0 ("no changes" when nothing would happen), 1 when the head is invalid.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := "."
@@ -28,7 +31,8 @@ committed. Exit 0 ("no changes" when nothing would happen), 1 when the head is i
 			if format != "text" && format != "markdown" {
 				return usageError{"--format must be text or markdown", "fleetwave plan --format markdown"}
 			}
-			rep, err := hub.Plan(cmd.Context(), dir, branch, base, head, time.Now())
+			rep, err := hub.Plan(cmd.Context(), hub.PlanRequest{Dir: dir, Branch: branch, Base: base, Head: head,
+				Now: time.Now(), ApprovalGate: approvalGate})
 			if err != nil {
 				return err
 			}
@@ -45,6 +49,7 @@ committed. Exit 0 ("no changes" when nothing would happen), 1 when the head is i
 	cmd.Flags().StringVar(&head, "head", "", "head revision (default: HEAD)")
 	cmd.Flags().StringVar(&branch, "branch", "main", "the tracked branch")
 	cmd.Flags().StringVar(&format, "format", "text", "text or markdown (for a pull-request comment)")
+	cmd.Flags().BoolVar(&approvalGate, "approval-gate", false, "assume the hub's approval_required policy: report which rollouts need an approved request")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
 	return cmd
 }
