@@ -19,6 +19,10 @@ var (
 	ErrUnknownBRC = errors.New("unknown brc")
 	// ErrUnknownNode: an explicit node has no record (code unknown_node).
 	ErrUnknownNode = errors.New("unknown node")
+	// ErrConflictsWithBRC: the request asks for a version other than its
+	// reconciliation BRC's target: the next reconcile would undo it (code
+	// conflicts_with_brc). Change the BRC's target_version instead.
+	ErrConflictsWithBRC = errors.New("request conflicts with its brc")
 	// ErrInvalidRequest: the request cannot be planned as written (code
 	// invalid_request: unknown action, template error, unknown window).
 	ErrInvalidRequest = errors.New("invalid rollout request")
@@ -115,6 +119,13 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		action = req.ActionName
 	}
 	eff.ActionName = action
+	if req.TargetVersion != "" && req.TargetVersion != t.TargetVersion && converging(t, action) &&
+		t.TriggerType != fleetwave.TriggerSchedule {
+		return fleetwave.RolloutSpec{}, requestError(req, "conflicts_with_brc", ErrConflictsWithBRC,
+			"target_version %s differs from brc %s's %s: the next reconcile would undo it; change the brc's target_version instead",
+			req.TargetVersion, t.Name, t.TargetVersion)
+	}
+	operational := !converging(t, action)
 	rkey := fleetwave.Key(fleetwave.KindRollout, req.Name)
 	spec := fleetwave.RolloutSpec{
 		BaseID:                  "manual-" + req.Name,
@@ -149,7 +160,12 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		}
 		item.BypassWindows = true // manual triggers always bypass windows
 		observed := observedInstance(obs, fleetwave.InstanceKey{Node: id, Block: t.BlockName})
+		if operational || action == fleetwave.ActionTakeover {
+			leaveInstance(&item)
+		}
 		switch {
+		case operational && observed == nil:
+			item.SkipReason, item.Payload = ReasonNotInstalled, fleetwave.AttemptPayload{}
 		case invalid != "":
 			item.BlockReason, item.BlockMessage, item.Payload = ReasonInvalidConfig, invalid, fleetwave.AttemptPayload{}
 		case n.Drain:

@@ -23,7 +23,30 @@ const (
 	ReasonInvalidConfig = "invalid_config"
 	// ReasonUnknownAction: the block has no such action.
 	ReasonUnknownAction = "unknown_action"
+	// ReasonNotInstalled: an operational action (restart, backup, ...) of a
+	// manual request targets a node that reports no instance of the block;
+	// the item is recorded as skipped.
+	ReasonNotInstalled = "not_installed"
 )
+
+// converging reports whether action changes what an instance is (its
+// version, config, state or owner), as opposed to an operational action
+// (restart, backup, ...) that leaves the instance as it is.
+func converging(t *fleetwave.Trigger, action string) bool {
+	switch action {
+	case fleetwave.ActionInstall, fleetwave.ActionUpgrade, fleetwave.ActionApply, fleetwave.ActionRollback,
+		fleetwave.ActionStart, fleetwave.ActionStop, fleetwave.ActionUninstall, fleetwave.ActionTakeover:
+		return true
+	}
+	return t.TriggerType != fleetwave.TriggerSchedule && action == configAction(t)
+}
+
+// leaveInstance clears what an item would write into its instance: an
+// operational action or a takeover keeps the instance's version, config
+// hash and state (the agent keeps every field an attempt leaves empty).
+func leaveInstance(item *fleetwave.ItemSpec) {
+	item.TargetVersion, item.ConfigHash, item.DesiredState = "", "", ""
+}
 
 // CredentialFunc returns the credential name of scope, creating a random one
 // of length characters the first time; later calls (and later processes)

@@ -264,6 +264,9 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 			problems = append(problems, *p)
 			continue
 		}
+		if action == fleetwave.ActionTakeover {
+			leaveInstance(&item) // ownership only; the difference follows
+		}
 		switch {
 		case skip != "":
 			item.SkipReason = skip
@@ -296,7 +299,7 @@ func buildItem(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger
 		Node: n.ID, Block: block.Name, Action: action, Generation: gen,
 		TargetVersion: t.TargetVersion, ConfigHash: hash, DesiredState: desired,
 		ManagedBy: t.Owner(), Criticality: Criticality(snap, n),
-		Windows: windows, BypassWindows: t.BypassMaintenanceWindow,
+		Windows: windows, BypassWindows: t.BypassMaintenanceWindow, Requires: slices.Clone(ba.Requires),
 		Payload: fleetwave.AttemptPayload{
 			Command: ba.Command, TimeoutSeconds: int(math.Ceil(ba.Timeout.Seconds())),
 			Config: rendered, OneShot: ba.OneShot,

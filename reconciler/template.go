@@ -38,6 +38,17 @@ const (
 // that needs the template is blocked until a new generation fixes it.
 var ErrTemplate = errors.New("block_config_template")
 
+// ErrConfigSchema wraps a rendered config that does not satisfy its block's
+// config_schema; like ErrTemplate, it blocks the item until a new generation.
+var ErrConfigSchema = errors.New("config_schema")
+
+// configSchemaError is an ErrConfigSchema whose text is only the
+// validator's (which already names config_schema and the fields).
+type configSchemaError string
+
+func (e configSchemaError) Error() string        { return string(e) }
+func (e configSchemaError) Is(target error) bool { return target == ErrConfigSchema }
+
 // singleLoader serves exactly one in-memory template; include, import and
 // extends are not even parsed (see controls), and any other name is refused.
 type singleLoader struct {
@@ -179,7 +190,7 @@ func (r *renderer) renderBlock(b *fleetwave.Block, name, src string, vars map[st
 	}
 	if b != nil && b.ConfigSchema != "" && r.opts.ValidateConfig != nil {
 		if err := r.opts.ValidateConfig(b.ConfigSchema, out); err != nil {
-			return "", fmt.Errorf("%w: block %s: %s", ErrTemplate, b.Name, cut(err.Error()))
+			return "", configSchemaError("block " + b.Name + ": " + cut(err.Error()))
 		}
 	}
 	return out, nil

@@ -39,7 +39,11 @@ func ValidateConfig(schemaExpr, rendered string) error {
 		seen := map[string]bool{}
 		var fields []string
 		for _, e := range cueerrors.Errors(err) {
-			p := strings.Join(e.Path(), ".")
+			path := e.Path()
+			if len(path) > 0 && path[0] == "#Config" {
+				path = path[1:] // the definition the schema is compiled as
+			}
+			p := strings.Join(path, ".")
 			if p == "" {
 				p = "(top level)"
 			}
