@@ -149,6 +149,9 @@ func checkTriggerBlock(c *fileChecker, snap *fleetwave.Snapshot, t *fleetwave.Tr
 	case fleetwave.StateStopped:
 		need(fleetwave.ActionStop, "needed for desired_state stopped", "desired_state")
 	}
+	if t.AutoTakeover {
+		need(fleetwave.ActionTakeover, "auto_takeover migrates CLI-managed instances with it", "auto_takeover")
+	}
 	need(fleetwave.ActionInstall, "a reconciliation trigger installs missing instances", "block_name")
 	need(t.ActionName, "run when the version or config differs; action_name defaults to "+fleetwave.ActionUpgrade, "action_name")
 }
