@@ -269,10 +269,14 @@ type Trigger struct {
 	ManagedBy string `json:"managed_by,omitempty"`
 }
 
-// Owner returns the owner group of the trigger's instances (its lane).
-func (t *Trigger) Owner() string {
-	if t.ManagedBy != "" {
+// Owner returns the owner group of the trigger's instances (its lane):
+// managed_by, else the block's owner, else the trigger's name. b may be nil.
+func (t *Trigger) Owner(b *Block) string {
+	switch {
+	case t.ManagedBy != "":
 		return t.ManagedBy
+	case b != nil && b.Owner != "":
+		return b.Owner
 	}
 	return t.Name
 }

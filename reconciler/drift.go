@@ -84,7 +84,7 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 				continue
 			}
 			if in.ManagedBy == fleetwave.ManagedByCLI {
-				add(DriftCLIManaged, t.Owner(), in.ManagedBy)
+				add(DriftCLIManaged, t.Owner(snap.Blocks[t.BlockName]), in.ManagedBy)
 			}
 			if in.Version != t.TargetVersion {
 				add(DriftVersion, t.TargetVersion, in.Version)

@@ -298,7 +298,7 @@ func buildItem(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger
 	return fleetwave.ItemSpec{
 		Node: n.ID, Block: block.Name, Action: action, Generation: gen,
 		TargetVersion: t.TargetVersion, ConfigHash: hash, DesiredState: desired,
-		ManagedBy: t.Owner(), Criticality: Criticality(snap, n),
+		ManagedBy: t.Owner(block), Criticality: Criticality(snap, n),
 		Windows: windows, BypassWindows: t.BypassMaintenanceWindow, Requires: slices.Clone(ba.Requires),
 		Payload: fleetwave.AttemptPayload{
 			Command: ba.Command, TimeoutSeconds: int(math.Ceil(ba.Timeout.Seconds())),
@@ -404,7 +404,7 @@ func TemplateVars(snap *fleetwave.Snapshot, n *fleetwave.Node, b *fleetwave.Bloc
 		"brc": map[string]any{
 			"name": t.Name, "block_name": t.BlockName, "action_name": t.ActionName,
 			"target_version": t.TargetVersion, "desired_state": string(t.DesiredState),
-			"managed_by": t.Owner(),
+			"managed_by": t.Owner(b),
 		},
 	}
 }
