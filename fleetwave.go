@@ -16,6 +16,11 @@ import (
 // Version is the fleetwave release; the build overrides it with -ldflags.
 var Version = "0.1.0-dev"
 
+// AgentBlock is the block of the fleetwave agent itself, kept at its target
+// version by the system BRC that `fleetwave init` writes. Its observed
+// instance is compared with the agent_version the running agent reports.
+const AgentBlock = "fleetwave-agent"
+
 // Kind names the kind of a repository object (the `kind` field of its file).
 type Kind string
 

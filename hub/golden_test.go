@@ -275,6 +275,10 @@ func loadCaseRepo(t *testing.T, v *schema.Validator, dir string, c reconcileCase
 	repo := filepath.Join(dir, "repo")
 	if c.Scaffold {
 		tmp := t.TempDir()
+		// the scaffold's system BRC targets the running binary's version:
+		// pin it so the golden file does not change with each release
+		defer func(v string) { fleetwave.Version = v }(fleetwave.Version)
+		fleetwave.Version = "0.1.0"
 		if err := schema.Scaffold(tmp); err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,12 @@ const (
 	DriftGenerationMismatch = "generation_mismatch" // observed generation below the trigger's
 	DriftStaleNode          = "stale_node"          // no full report within staleAfter (or never)
 	DriftCLIManaged         = "cli_managed"         // installed out of band
+	// DriftAgentVersion: the agent block is at its target version but the
+	// running agent reports another agent_version (the new binary is not
+	// running yet: it needs an agent restart, or the upgrade command did
+	// not replace it). No item is planned for it: re-running the upgrade
+	// would not restart the agent.
+	DriftAgentVersion = "agent_version"
 )
 
 // DriftEntry is one difference between desired and observed, for status
@@ -88,6 +94,10 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 			}
 			if in.Version != t.TargetVersion {
 				add(DriftVersion, t.TargetVersion, in.Version)
+			} else if t.BlockName == fleetwave.AgentBlock {
+				if r := obs[id]; r != nil && r.AgentVersion != "" && r.AgentVersion != t.TargetVersion {
+					add(DriftAgentVersion, t.TargetVersion, r.AgentVersion)
+				}
 			}
 			if rendered, err := rend.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n)); err == nil {
 				if h := ConfigHash(rendered); h != in.ConfigHash {

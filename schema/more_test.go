@@ -125,6 +125,9 @@ func TestScaffoldOutputLoadsCleanly(t *testing.T) {
 	if sys == nil || sys.BlockName != "fleetwave-agent" || len(sys.Nodes) != 0 || !sys.Selector.Empty() {
 		t.Errorf("system BRC = %+v, want a fleet-wide trigger of block fleetwave-agent", sys)
 	}
+	if sys != nil && sys.TargetVersion != fleetwave.Version {
+		t.Errorf("system BRC targets %q, want the running version %q", sys.TargetVersion, fleetwave.Version)
+	}
 	if snap.Nodes["example-node"] == nil || snap.Blocks["example"] == nil || snap.Config.ReconcileMode != "observe" {
 		t.Errorf("scaffold snapshot incomplete: nodes %v blocks %v mode %q", snap.SortedNodeIDs(), len(snap.Blocks), snap.Config.ReconcileMode)
 	}

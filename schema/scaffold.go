@@ -1,12 +1,16 @@
 package schema
 
 import (
+	"bytes"
 	"embed"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
+
+	"github.com/fleetwave/fleetwave"
 )
 
 // scaffoldFS holds the files of a new config repository.
@@ -54,6 +58,11 @@ func Scaffold(dir string) error {
 			return err
 		}
 		rel, _ := filepath.Rel("scaffold", p)
+		if rel == filepath.FromSlash("brc/fleetwave-agent.cue") {
+			// the system BRC starts at the version of the binary that wrote
+			// it, so a fresh fleet does not upgrade its agents at once
+			b = bytes.Replace(b, []byte(`target_version: "0.1.0"`), []byte("target_version: "+strconv.Quote(fleetwave.Version)), 1)
+		}
 		files[filepath.ToSlash(rel)] = b
 		return nil
 	})
