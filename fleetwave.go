@@ -8,6 +8,7 @@
 package fleetwave
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -179,6 +180,42 @@ type Config struct {
 	PriorityOrder []Criticality `json:"priority_order,omitempty"`
 	// QuiescenceSeconds is the default for triggers.
 	QuiescenceSeconds int `json:"quiescence_seconds,omitempty"`
+	// Enablement stages what enforce mode may dispatch; nil = everything.
+	Enablement *Enablement `json:"enablement,omitempty"`
+}
+
+// Enablement is the staged enablement of kind:config (DESIGN §6): with it,
+// lifecycle actions (install, start, stop, uninstall, takeover) run only on
+// the nodes of Lifecycle, config actions (upgrade, apply, rollback, a
+// trigger's action_name) only on those of ConfigApply; a nil scope enables
+// nothing. The fleet is widened by commits, step by step.
+type Enablement struct {
+	Lifecycle   *EnablementScope `json:"lifecycle,omitempty"`
+	ConfigApply *EnablementScope `json:"config_apply,omitempty"`
+}
+
+// EnablementScope selects nodes: all of them, a list, or a label selector
+// (a node is in scope when any of these includes it).
+type EnablementScope struct {
+	All      bool      `json:"all,omitempty"`
+	Nodes    []string  `json:"nodes,omitempty"`
+	Selector *Selector `json:"selector,omitempty"`
+}
+
+// SelectorOrNil returns the scope's selector (nil for a nil scope).
+func (s *EnablementScope) SelectorOrNil() *Selector {
+	if s == nil {
+		return nil
+	}
+	return s.Selector
+}
+
+// Includes reports whether node n is in the scope (never for a nil scope).
+func (s *EnablementScope) Includes(n *Node) bool {
+	if s == nil || n == nil {
+		return false
+	}
+	return s.All || slices.Contains(s.Nodes, n.ID) || (!s.Selector.Empty() && s.Selector.Matches(n.Labels))
 }
 
 // Selector is a label selector (Kubernetes-like). MatchLabels are ANDed

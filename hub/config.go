@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/fleetwave/fleetwave"
-	"github.com/fleetwave/fleetwave/reconciler"
 )
 
 // Config is the hub configuration (hub.yaml). Policy and identities live
@@ -44,33 +41,11 @@ type Config struct {
 	// encrypts credentials created by templates (credential_get_or_create)
 	// at rest in DataDir; unset = templates cannot create credentials.
 	CredentialsKeyFile string `yaml:"credentials_key_file"`
-	// Enablement widens the fleet step by step: lifecycle reconciliation
-	// (install, start, stop, uninstall) only for the listed nodes or
-	// selector, config apply/rollback only when enabled. Unset = all on.
-	Enablement *EnablementConfig `yaml:"enablement"`
 	// StaleAfter marks a node stale when its last full report is older.
 	StaleAfter Duration `yaml:"stale_after"`
 	// WebhookSecretFile holds the secret POST /api/v1/hooks/git payloads are
 	// signed with (GitHub, GitLab or generic HMAC); unset = hooks unsigned.
 	WebhookSecretFile string `yaml:"webhook_secret_file"`
-}
-
-// EnablementConfig is the staged enablement of hub.yaml.
-type EnablementConfig struct {
-	LifecycleNodes    []string          `yaml:"lifecycle_nodes"`
-	LifecycleSelector map[string]string `yaml:"lifecycle_selector"`
-	ConfigApply       bool              `yaml:"config_apply"`
-}
-
-func (e *EnablementConfig) toReconciler() *reconciler.Enablement {
-	if e == nil {
-		return nil
-	}
-	out := &reconciler.Enablement{LifecycleNodes: e.LifecycleNodes, ConfigApplyEnabled: e.ConfigApply}
-	if len(e.LifecycleSelector) > 0 {
-		out.LifecycleSelector = &fleetwave.Selector{MatchLabels: e.LifecycleSelector}
-	}
-	return out
 }
 
 // readKey reads a 32-byte key written as 64 hex characters.

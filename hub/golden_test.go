@@ -55,8 +55,6 @@ type reconcileCase struct {
 	// generations to gitsync, so every object of the case has generation 1
 	// unless set here.
 	Generations map[fleetwave.ObjectKey]int64 `yaml:"generations"`
-	// Enablement is the staged enablement of hub.yaml (nil = all enabled).
-	Enablement *EnablementConfig `yaml:"enablement"`
 	// Credentials backs credential_get_or_create with a deterministic fake;
 	// false leaves the hub's answer without a credentials key (an error).
 	Credentials bool `yaml:"credentials"`
@@ -151,10 +149,10 @@ func runReconcileCase(t *testing.T, v *schema.Validator, dir string) string {
 	snap := loadCaseRepo(t, v, dir, c)
 	obs := readObserved(t, filepath.Join(dir, "observed.yaml"), c.Now)
 
-	// The options the hub passes to every plan (schema.ValidateConfig, the
-	// staged enablement of hub.yaml, and without a credentials key a
-	// credential function that fails), with a fake store when asked for.
-	h := &Hub{cfg: Config{Enablement: c.Enablement, StaleAfter: c.StaleAfter}}
+	// The options the hub passes to every plan (schema.ValidateConfig, and
+	// without a credentials key a credential function that fails), with a
+	// fake store when asked for.
+	h := &Hub{cfg: Config{StaleAfter: c.StaleAfter}}
 	opts := h.reconcilerOptions()
 	creds := &fakeCredentials{values: map[string]bool{}}
 	if c.Credentials {

@@ -23,9 +23,9 @@ const (
 )
 
 // reconcilerOptions builds the options every plan uses: credentials for
-// templates and the staged enablement of hub.yaml.
+// templates and the check of rendered configs against config_schema.
 func (h *Hub) reconcilerOptions() reconciler.Options {
-	opts := reconciler.Options{Enablement: h.cfg.Enablement.toReconciler(), ValidateConfig: schema.ValidateConfig}
+	opts := reconciler.Options{ValidateConfig: schema.ValidateConfig}
 	if h.creds != nil {
 		opts.Credential = h.creds.GetOrCreate
 	} else {

@@ -38,7 +38,7 @@
 //   - ownership: an observed CLI-managed instance gets a takeover item when
 //     the trigger has auto_takeover and the block a takeover action, else an
 //     item skipped with cli_managed (the engine records the conflict).
-//   - drain and staged enablement (Options.Enablement) hold instances
+//   - drain and staged enablement (kind:config enablement) hold instances
 //     instead of planning them; they are listed in Plan.Holds.
 //   - Schedules/PlanSchedule: cron ticks of schedule triggers; missed ticks
 //     fire once. PlanManual: rollouts/<name> requests with targets resolved

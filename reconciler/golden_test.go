@@ -20,7 +20,6 @@ var update = flag.Bool("update", false, "rewrite the golden files of testdata/")
 type goldenCase struct {
 	Ops         []string             `json:"ops"` // plan, schedules, plan_schedule, manual, drift
 	Now         time.Time            `json:"now"`
-	Enablement  *Enablement          `json:"enablement"`
 	Credentials bool                 `json:"credentials"`
 	LastFired   map[string]time.Time `json:"last_fired"`
 	Trigger     string               `json:"trigger"`
@@ -85,7 +84,7 @@ func runCase(t testing.TB, dir string) map[string]any {
 	snap := loadSnapshot(t, filepath.Join(dir, "snapshot.json"))
 	var obs fleetwave.Observations
 	loadJSON(t, filepath.Join(dir, "observed.json"), &obs)
-	opts := Options{Enablement: c.Enablement}
+	opts := Options{}
 	if c.Credentials {
 		opts.Credential = fakeCredential
 	}

@@ -1,8 +1,6 @@
 package reconciler
 
 import (
-	"slices"
-
 	"github.com/fleetwave/fleetwave"
 )
 
@@ -55,35 +53,16 @@ func leaveInstance(item *fleetwave.ItemSpec) {
 type CredentialFunc func(scope, name string, length int) (string, error)
 
 // Options carry what the hub decides outside the repository. The zero value
-// means: no credentials (credential_get_or_create fails) and no staged
-// enablement (enforce mode may dispatch everything).
+// means: no credentials (credential_get_or_create fails) and no config
+// schema check. Staged enablement is part of the snapshot (kind:config).
 type Options struct {
 	// Credential backs credential_get_or_create in templates. Nil makes the
 	// template function fail with a clear error.
 	Credential CredentialFunc
-	// Enablement restricts what enforce mode may dispatch (DESIGN §6 staged
-	// enablement). Nil = everything enabled.
-	Enablement *Enablement
 	// ValidateConfig checks a rendered config against a block's
-	// config_schema; a failure makes the instance an invalid_config problem
-	// (not dispatched until a new generation fixes it). Nil = not checked.
+	// config_schema; a failure blocks the item with invalid_config (never
+	// dispatched until a new generation fixes it). Nil = not checked.
 	ValidateConfig func(schema, rendered string) error
-}
-
-// Enablement is the staged-enablement policy: lifecycle reconciliation for a
-// node list or selector, config apply/rollback enabled separately. Instances
-// it holds back are listed in Plan.Holds with ReasonLifecycleDisabled or
-// ReasonConfigApplyDisabled; they are planned as soon as the policy widens.
-type Enablement struct {
-	// LifecycleNodes and LifecycleSelector select the nodes on which
-	// lifecycle actions (install, start, stop, uninstall, takeover) are
-	// enabled; a node is enabled when it is listed OR matches the (non-empty)
-	// selector. Both empty = lifecycle enabled nowhere.
-	LifecycleNodes    []string            `json:"lifecycle_nodes,omitempty"`
-	LifecycleSelector *fleetwave.Selector `json:"lifecycle_selector,omitempty"`
-	// ConfigApplyEnabled enables config actions (upgrade, apply, rollback and
-	// the trigger's action_name) on every node in scope.
-	ConfigApplyEnabled bool `json:"config_apply_enabled,omitempty"`
 }
 
 // lifecycleAction reports whether an action changes the lifecycle of an
@@ -96,19 +75,19 @@ func lifecycleAction(a string) bool {
 	return false
 }
 
-// holdReason returns why the enablement policy holds action on node n, ""
-// when it is enabled.
-func (e *Enablement) holdReason(n *fleetwave.Node, action string) string {
+// holdReason returns why the staged enablement e (kind:config) holds
+// action on node n, "" when it is enabled. A nil e enables everything.
+func holdReason(e *fleetwave.Enablement, n *fleetwave.Node, action string) string {
 	if e == nil {
 		return ""
 	}
 	if lifecycleAction(action) {
-		if slices.Contains(e.LifecycleNodes, n.ID) || (!e.LifecycleSelector.Empty() && e.LifecycleSelector.Matches(n.Labels)) {
+		if e.Lifecycle.Includes(n) {
 			return ""
 		}
 		return ReasonLifecycleDisabled
 	}
-	if !e.ConfigApplyEnabled {
+	if !e.ConfigApply.Includes(n) {
 		return ReasonConfigApplyDisabled
 	}
 	return ""

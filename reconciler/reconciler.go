@@ -255,7 +255,7 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 			hold(fleetwave.ReasonNodeDraining, action+" waits until the node is undrained")
 			continue
 		}
-		if reason := opts.Enablement.holdReason(n, action); reason != "" {
+		if reason := holdReason(snap.Config.Enablement, n, action); reason != "" {
 			hold(reason, action+" is not enabled for this node")
 			continue
 		}

@@ -125,6 +125,10 @@ func copyObject(obj any) any {
 		c := *x
 		c.MaintenanceWindows = maps.Clone(x.MaintenanceWindows)
 		c.PriorityOrder = slices.Clone(x.PriorityOrder)
+		if x.Enablement != nil {
+			e := fleetwave.Enablement{Lifecycle: copyScope(x.Enablement.Lifecycle), ConfigApply: copyScope(x.Enablement.ConfigApply)}
+			c.Enablement = &e
+		}
 		return &c
 	case *fleetwave.Trigger:
 		c := *x
@@ -169,6 +173,13 @@ func copyObject(obj any) any {
 		return &c
 	}
 	panic("schema: copyObject: unknown object type")
+}
+
+func copyScope(s *fleetwave.EnablementScope) *fleetwave.EnablementScope {
+	if s == nil {
+		return nil
+	}
+	return &fleetwave.EnablementScope{All: s.All, Nodes: slices.Clone(s.Nodes), Selector: copySelector(s.Selector)}
 }
 
 func copySelector(s *fleetwave.Selector) *fleetwave.Selector {

@@ -74,6 +74,22 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			return snap.Triggers[name]
 		}
 		switch x := o.obj.(type) {
+		case *fleetwave.Config:
+			if e := x.Enablement; e != nil {
+				for _, sc := range []struct {
+					field string
+					scope *fleetwave.EnablementScope
+				}{{"lifecycle", e.Lifecycle}, {"config_apply", e.ConfigApply}} {
+					if sc.scope == nil {
+						continue
+					}
+					for i, n := range sc.scope.Nodes {
+						if !exists(fleetwave.KindNode, n) {
+							c.errorf(fld("enablement", sc.field, "nodes", i), "node %q does not exist, expected a record nodes/%s", n, n)
+						}
+					}
+				}
+			}
 		case *fleetwave.Trigger:
 			checkTriggerBlock(c, snap, x, exists(fleetwave.KindBlock, x.BlockName))
 			nodes(x.Nodes)
