@@ -39,6 +39,25 @@
 // *fleetwave.ValidationError sorted by path, line and column. A panic while
 // checking one file becomes a FileError of that file.
 //
+// # The fast path
+//
+// Evaluating a file with CUE costs about ten times as much as parsing it,
+// and nearly every file of a large tree is a small record of a kind without
+// defaults. New therefore also compiles the definition of each such kind
+// (node, organization, workspace, rollout, approval), from the same
+// embedded schema source, into a Go predicate with the same constraints; a
+// construct the compiler does not model exactly leaves the kind without a
+// fast path. A file whose data has only simple literal forms (plain
+// strings, canonical integers, booleans, no duplicate fields) and that the
+// predicate and the Go checks accept is valid, and its object and hash are
+// computed from that data (a JSON file of that form is not even handed to
+// CUE's parser: it needs no positions). Every other file, in particular
+// every file with a problem, is evaluated by CUE exactly as described
+// above, so errors and their messages always come from CUE.
+// TestFastPathMatchesCUE and FuzzFastPathMatchesCUE run generated files
+// through both paths and require the same errors, or the same object and
+// hash.
+//
 // # Hashes
 //
 // Normalize gives the canonical form of one file (sorted-key JSON of its data,

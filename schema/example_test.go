@@ -56,7 +56,7 @@ func TestExampleFleetLoads(t *testing.T) {
 		t.Errorf("template lost: %q", op.BlockConfigTemplate)
 	}
 	lb := snap.Triggers["loadbalancer-edge"]
-	if lb.TriggerType != fleetwave.TriggerReconciliation || lb.ActionName != "upgrade" || lb.Owner() != "network-team" {
+	if lb.TriggerType != fleetwave.TriggerReconciliation || lb.ActionName != "upgrade" || lb.Owner(snap.Blocks[lb.BlockName]) != "network-team" {
 		t.Errorf("trigger defaults not applied: %+v", lb)
 	}
 	if lb.Selector == nil || len(lb.Selector.MatchExpressions) != 1 || lb.Selector.MatchExpressions[0].Operator != "in" {

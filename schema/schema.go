@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -52,6 +53,9 @@ var definitions = map[fleetwave.Kind][2]string{
 type options struct {
 	maxFileSize int64
 	log         zerolog.Logger
+	// cueOnly turns the fast path off: every file is evaluated by CUE
+	// (tests compare both paths).
+	cueOnly bool
 }
 
 // Option configures a Validator.
@@ -82,6 +86,7 @@ type Validator struct {
 	opts     options
 	defs     map[fleetwave.Kind]cue.Value
 	defaults map[fleetwave.Kind]cue.Value
+	shapes   map[fleetwave.Kind]shape // the fast path (fastpath.go); nil with cueOnly
 
 	mu    sync.Mutex
 	cache map[cacheKey]*fileResult // the files of the last Load; replaced, never mutated
@@ -115,6 +120,11 @@ func New(opts ...Option) (*Validator, error) {
 				return nil, fmt.Errorf("schema definition %s: %w", names[1], err)
 			}
 			v.defaults[k] = d
+		}
+	}
+	if !o.cueOnly {
+		if v.shapes, err = compileShapes(schemaSource); err != nil {
+			return nil, err
 		}
 	}
 	return v, nil
@@ -238,9 +248,23 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 	if int64(len(data)) > v.opts.maxFileSize {
 		return nil, []fleetwave.FileError{{Path: p, Msg: fmt.Sprintf("file is %d bytes, expected at most %d", len(data), v.opts.maxFileSize)}}
 	}
+	if v.shapes != nil && path.Ext(p) == ".json" {
+		if plain, ok := plainJSON(data); ok {
+			if o, ok := v.fastCheck(p, key, plain); ok {
+				return o, nil
+			}
+		}
+	}
 	f, errs := parseFile(p, data, v.opts.maxFileSize)
 	if len(errs) > 0 {
 		return nil, errs
+	}
+	if v.shapes != nil {
+		if plain, ok := plainFile(f); ok {
+			if o, ok := v.fastCheck(p, key, plain); ok {
+				return o, nil
+			}
+		}
 	}
 	dv := ctx.BuildFile(f)
 	if err := dv.Err(); err != nil {
