@@ -11,7 +11,6 @@ import (
 	"time"
 
 	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -128,26 +127,21 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		if err != nil {
 			return StatusResult{}, fmt.Errorf("write status commit: %w", err)
 		}
-		if err := ov.flush(); err != nil {
+		pack, err := ov.flush()
+		if err != nil {
 			return StatusResult{}, fmt.Errorf("store status objects: %w", err)
 		}
 		if r.beforePush != nil {
 			r.beforePush(attempt)
 		}
-		push := &git.PushOptions{
-			RemoteName: remoteName,
-			RefSpecs:   []config.RefSpec{config.RefSpec(h.String() + ":" + branchRef.String())},
-		}
-		if !base.lease.IsZero() {
-			push.RequireRemoteRefs = []config.RefSpec{config.RefSpec(base.lease.String() + ":" + branchRef.String())}
-		}
-		// without a lease (a new status branch) the push creates the branch
-		// only if it is still absent: a branch someone created meanwhile
-		// is a non-fast-forward race like any other
+		// the push requires the remote branch at the tip the commit was
+		// built on; without a lease (a new status branch) it creates the
+		// branch only if it is still absent: a branch someone created
+		// meanwhile is a race like any other
 		pctx, cancel := transportContext(ctx)
-		err = r.repo.PushContext(pctx, push)
+		err = r.pushPack(pctx, branchRef, base.lease, h, pack)
 		cancel()
-		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
+		if err == nil {
 			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(localRef, h)); err != nil {
 				return StatusResult{}, fmt.Errorf("update tracking ref: %w", err)
 			}
@@ -322,9 +316,13 @@ func entryAt(s storer.EncodedObjectStorer, tree plumbing.Hash, p string) (plumbi
 	}
 }
 
-// isPushRace reports whether a push failed because the remote branch moved.
-// go-git reports these as plain strings, not sentinels.
+// isPushRace reports whether a push failed because the remote branch moved:
+// seen in the advertisement (errRemoteMoved), or refused by the remote's
+// own compare-and-swap, which reports plain strings, not sentinels.
 func isPushRace(err error) bool {
+	if errors.Is(err, errRemoteMoved) {
+		return true
+	}
 	s := err.Error()
 	return strings.Contains(s, "non-fast-forward") ||
 		strings.Contains(s, "required to be") ||
@@ -550,7 +548,7 @@ func SeedBare(ctx context.Context, srcDir, bareDir, branch, message string, auth
 	if err != nil {
 		return "", fmt.Errorf("write commit: %w", err)
 	}
-	if err := ov.flush(); err != nil {
+	if _, err := ov.flush(); err != nil {
 		return "", fmt.Errorf("store objects: %w", err)
 	}
 	if err := repo.Storer.SetReference(plumbing.NewHashReference(ref, h)); err != nil {

@@ -56,9 +56,15 @@
 // so a person's commit is never lost. A commit whose tree equals the tip's
 // is not made at all, so status churn produces no commits.
 //
-// The commit's objects are built in memory and written into the mirror as
-// one pack before the push (one file instead of a loose object per status
-// file). Every status commit sets back what someone else changed under
+// The commit's objects are built in memory and encoded once as a pack of
+// whole objects (no delta search; zlib at its fastest level, compressed on
+// GOMAXPROCS goroutines), written with its index into the mirror (synced
+// before it is renamed into place) and sent to the remote byte for byte: the
+// push talks to receive-pack through go-git's transport directly instead of
+// go-git's Push, which would walk both trees to find the objects to send and
+// read, delta-search and recompress each one again. The update names the
+// lease as the ref's old value, so the remote itself refuses it when the
+// branch moved after it advertised its refs. Every status commit sets back what someone else changed under
 // status/ since the hub's previous status commit, and reports those paths
 // (WriteStatus, and a warning per path): the hub is the only writer there.
 // A remote that is down fails the call without changing anything; the
@@ -81,7 +87,10 @@
 // the latest status, and LatestTrailer searches the status branch first.
 //
 // Objects written by CommitStatus and fetched packs accumulate in the
-// mirror; running `git gc` on it from time to time keeps it small.
+// mirror, one pack per fetch or status commit; running `git gc` on it from
+// time to time keeps it small. go-git searches every pack's index for each
+// object it reads, and reloads them all after a big status commit, so the
+// number of packs matters more than their size.
 //
 // # Following changes
 //

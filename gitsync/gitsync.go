@@ -160,6 +160,10 @@ type Repo struct {
 	// beforePush, if set, runs between building a status commit and pushing
 	// it (tests use it to inject a competing push).
 	beforePush func(attempt int)
+	// afterAdvertise, if set, runs between the remote's advertisement of
+	// its refs and the push's update of one (tests use it to make the
+	// remote's own compare-and-swap refuse the update).
+	afterAdvertise func()
 }
 
 // Open opens the mirror in src.Dir, cloning it (bare, single branch, no tags)

@@ -1,11 +1,24 @@
 package gitsync
 
 import (
+	"bytes"
+	"compress/zlib"
+	"crypto"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/go-git/go-git/v5/plumbing/hash"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // overlay is an object storer that keeps new objects in memory and reads
@@ -13,6 +26,7 @@ import (
 // built in it and then written into the mirror as one pack: one file
 // instead of one loose object file per blob, which is what made the first
 // version slow (each loose object is a temp file, a write and a rename).
+// The same pack is what the push sends (pushPack).
 type overlay struct {
 	base  storer.EncodedObjectStorer
 	objs  map[plumbing.Hash]plumbing.EncodedObject
@@ -66,35 +80,328 @@ func (o *overlay) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 
 func (o *overlay) AddAlternate(remote string) error { return o.base.AddAlternate(remote) }
 
-// flush writes the new objects into base: as one pack when base takes packs
-// (filesystem storage), one by one otherwise. Objects base already holds
-// may be written again; git tolerates duplicates across packs.
-func (o *overlay) flush() error {
+// flush writes the new objects into base as one pack and returns that pack
+// (nil when there is nothing new) for the push to send as is. Objects base
+// already holds may be written again; git tolerates duplicates across
+// packs.
+func (o *overlay) flush() (*encodedPack, error) {
 	if len(o.order) == 0 {
-		return nil
+		return nil, nil
 	}
-	pw, ok := o.base.(storer.PackfileWriter)
-	if !ok {
-		for _, h := range o.order {
-			if _, err := o.base.SetEncodedObject(o.objs[h]); err != nil {
-				return err
+	objs := make([]plumbing.EncodedObject, len(o.order))
+	for i, h := range o.order {
+		objs[i] = o.objs[h]
+	}
+	p, err := encodePack(objs, runtime.GOMAXPROCS(0))
+	if err != nil {
+		return nil, fmt.Errorf("encode pack: %w", err)
+	}
+	if err := storePack(o.base, p, objs); err != nil {
+		return nil, err
+	}
+	o.objs, o.order = map[plumbing.Hash]plumbing.EncodedObject{}, nil
+	return p, nil
+}
+
+// encodedPack is a version 2 pack of whole (undeltified) objects with its
+// index: written into the mirror and sent to the remote byte for byte.
+type encodedPack struct {
+	data   []byte        // the pack, trailing checksum included
+	sum    plumbing.Hash // the trailing checksum, which names the pack files
+	idx    *idxfile.MemoryIndex
+	hashes []plumbing.Hash // the objects, in pack order
+}
+
+const (
+	packHeaderLen = 12
+	// packChunk objects are compressed by one worker in one go: small
+	// enough to balance a few thousand objects over the workers, large
+	// enough that handing out chunks costs nothing.
+	packChunk = 128
+	// packCompression trades a few percent of size for a several times
+	// cheaper compressor: status files are small, and at the default level
+	// compress/flate spends most of its time clearing 640 KiB of match
+	// tables for every object. git writes loose objects at this level too
+	// (core.looseCompression). The receiver keeps the pack as sent (git
+	// index-pack --keep); objects a later repack leaves whole keep it.
+	packCompression = zlib.BestSpeed
+)
+
+// encodePack compresses objs on up to workers goroutines into one pack in
+// the given order; the bytes do not depend on workers. Objects are not
+// deltified: finding bases means reading earlier versions back from the
+// mirror's packs (what made go-git's push slow) to save little on small
+// files, and git gc on the remote deltifies them later anyway.
+func encodePack(objs []plumbing.EncodedObject, workers int) (*encodedPack, error) {
+	type chunk struct {
+		buf  []byte
+		ends []int // end of each entry in buf
+		crcs []uint32
+		err  error
+	}
+	chunks := make([]chunk, (len(objs)+packChunk-1)/packChunk)
+	workers = max(1, min(workers, len(chunks)))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			var e entryEncoder
+			e.init()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(chunks) {
+					return
+				}
+				c := &chunks[i]
+				part := objs[i*packChunk : min(len(objs), (i+1)*packChunk)]
+				room := 0
+				for _, obj := range part {
+					room += int(obj.Size()) + 32 // deflate's worst case for small objects
+				}
+				e.buf = make([]byte, 0, room)
+				c.ends, c.crcs = make([]int, 0, len(part)), make([]uint32, 0, len(part))
+				for _, obj := range part {
+					start := len(e.buf)
+					if c.err = e.add(obj); c.err != nil {
+						break
+					}
+					c.ends = append(c.ends, len(e.buf))
+					c.crcs = append(c.crcs, crc32.ChecksumIEEE(e.buf[start:]))
+				}
+				c.buf = e.buf
 			}
+		})
+	}
+	wg.Wait()
+
+	size := packHeaderLen + hash.Size
+	for i := range chunks {
+		if chunks[i].err != nil {
+			return nil, chunks[i].err
+		}
+		size += len(chunks[i].buf)
+	}
+	p := &encodedPack{data: make([]byte, packHeaderLen, size), hashes: make([]plumbing.Hash, len(objs))}
+	copy(p.data, "PACK")
+	binary.BigEndian.PutUint32(p.data[4:], 2)
+	binary.BigEndian.PutUint32(p.data[8:], uint32(len(objs)))
+	iw := new(idxfile.Writer)
+	if err := iw.OnHeader(uint32(len(objs))); err != nil {
+		return nil, err
+	}
+	k := 0
+	for i := range chunks {
+		c := &chunks[i]
+		base, start := len(p.data), 0
+		for j, end := range c.ends {
+			h := objs[k].Hash()
+			p.hashes[k] = h
+			if err := iw.OnInflatedObjectContent(h, int64(base+start), c.crcs[j], nil); err != nil {
+				return nil, err
+			}
+			start = end
+			k++
+		}
+		p.data = append(p.data, c.buf...)
+	}
+	sh := hash.New(crypto.SHA1)
+	_, _ = sh.Write(p.data)
+	copy(p.sum[:], sh.Sum(nil))
+	p.data = append(p.data, p.sum[:]...)
+	if err := iw.OnFooter(p.sum); err != nil {
+		return nil, err
+	}
+	idx, err := iw.Index()
+	if err != nil {
+		return nil, err
+	}
+	p.idx = idx
+	return p, nil
+}
+
+// entryEncoder appends pack entries to buf; one per worker, reused.
+type entryEncoder struct {
+	buf     []byte
+	zw      *zlib.Writer
+	copyBuf []byte
+}
+
+func (e *entryEncoder) init() {
+	zw, err := zlib.NewWriterLevel(io.Discard, packCompression)
+	if err != nil {
+		panic(err) // only for an invalid level
+	}
+	e.zw, e.copyBuf = zw, make([]byte, 32<<10)
+}
+
+// Write appends p to buf: the zlib writer's output.
+func (e *entryEncoder) Write(p []byte) (int, error) {
+	e.buf = append(e.buf, p...)
+	return len(p), nil
+}
+
+// add appends obj as a pack entry: the type and size header, then the
+// zlib-compressed content.
+func (e *entryEncoder) add(obj plumbing.EncodedObject) error {
+	size := obj.Size()
+	c := byte(obj.Type())<<4 | byte(size&0x0f)
+	for size >>= 4; size != 0; size >>= 7 {
+		e.buf = append(e.buf, c|0x80)
+		c = byte(size & 0x7f)
+	}
+	e.buf = append(e.buf, c)
+	e.zw.Reset(e)
+	rd, err := obj.Reader()
+	if err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(e.zw, rd, e.copyBuf)
+	_ = rd.Close()
+	if err != nil {
+		return err
+	}
+	if n != obj.Size() {
+		return fmt.Errorf("object %s: %d bytes, header says %d", obj.Hash(), n, obj.Size())
+	}
+	return e.zw.Close()
+}
+
+// directPackMin is the number of objects from which storePack writes a
+// pack into a filesystem storage itself. go-git's pack writer parses the
+// pack it is given again (inflating and hashing every object: about 17 µs
+// an object, 170 ms for a status commit of 10,000 files), but registers it
+// at no cost; a pack written beside it needs a Reindex, after which go-git
+// reloads every pack index of the mirror (about 0.25 ms a pack, measured
+// on a loaded 2-core machine).
+const directPackMin = 2048
+
+// storePack makes p's objects (objs, in p's order) readable from s. A pack
+// of at least directPackMin objects going to a go-git filesystem storage
+// whose objects live in its own directory (not a linked worktree's common
+// one) is written next to the other packs with its index (each synced, then
+// renamed into place, index first as go-git's own pack writer does, so
+// neither git nor go-git sees half a pack), and the storage is told to
+// reload its pack indexes. Smaller packs, and other storages, go through
+// the storage's pack writer, or else object by object.
+func storePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.EncodedObject) error {
+	if fs, dir, ok := packDir(s); ok && len(objs) >= directPackMin {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("write pack: %w", err)
+		}
+		if err := writePackFiles(dir, p); err != nil {
+			return fmt.Errorf("write pack: %w", err)
+		}
+		fs.Reindex()
+		// go-git caches the pack list when opened with ExclusiveAccess;
+		// make sure the pack is seen rather than point a ref at nothing
+		if err := fs.HasEncodedObject(p.hashes[len(p.hashes)-1]); err != nil {
+			return fmt.Errorf("pack %s written but not visible: %w", p.sum, err)
 		}
 		return nil
 	}
-	w, err := pw.PackfileWriter()
-	if err != nil {
-		return fmt.Errorf("open pack: %w", err)
+	if pw, ok := s.(storer.PackfileWriter); ok {
+		w, err := pw.PackfileWriter()
+		if err != nil {
+			return fmt.Errorf("open pack: %w", err)
+		}
+		if _, err := w.Write(p.data); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("write pack: %w", err)
+		}
+		if err := w.Close(); err != nil {
+			return fmt.Errorf("close pack: %w", err)
+		}
+		return nil
 	}
-	mem := &overlay{base: o.base, objs: o.objs}
-	// window 0: no delta search, status files are small and compress well
-	if _, err := packfile.NewEncoder(w, mem, false).Encode(o.order, 0); err != nil {
-		_ = w.Close()
-		return fmt.Errorf("write pack: %w", err)
+	for _, obj := range objs {
+		if _, err := s.SetEncodedObject(obj); err != nil {
+			return err
+		}
 	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("close pack: %w", err)
-	}
-	o.objs, o.order = map[plumbing.Hash]plumbing.EncodedObject{}, nil
 	return nil
+}
+
+// packDir returns s as a go-git filesystem storage and its pack directory,
+// false unless its objects live in its own directory (a linked worktree's
+// are in the common one).
+func packDir(s storer.EncodedObjectStorer) (*filesystem.Storage, string, bool) {
+	fs, ok := s.(*filesystem.Storage)
+	if !ok {
+		return nil, "", false
+	}
+	objects := filepath.Join(fs.Filesystem().Root(), "objects")
+	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
+		return nil, "", false
+	}
+	return fs, filepath.Join(objects, "pack"), true
+}
+
+// writePackFiles writes pack-<sum>.pack and .idx into dir. Packs are named
+// by their content, so existing files are kept.
+func writePackFiles(dir string, p *encodedPack) error {
+	base := filepath.Join(dir, "pack-"+p.sum.String())
+	if regularFile(base+".pack") && regularFile(base+".idx") {
+		return nil
+	}
+	var idx bytes.Buffer
+	if _, err := idxfile.NewEncoder(&idx).Encode(p.idx); err != nil {
+		return fmt.Errorf("encode index: %w", err)
+	}
+	tmpIdx, err := writeTemp(dir, "tmp_idx_", idx.Bytes())
+	if err != nil {
+		return err
+	}
+	tmpPack, err := writeTemp(dir, "tmp_pack_", p.data)
+	if err != nil {
+		_ = os.Remove(tmpIdx)
+		return err
+	}
+	if err := os.Rename(tmpIdx, base+".idx"); err != nil {
+		_ = os.Remove(tmpIdx)
+		_ = os.Remove(tmpPack)
+		return err
+	}
+	if err := os.Rename(tmpPack, base+".pack"); err != nil {
+		_ = os.Remove(tmpPack)
+		return err
+	}
+	return syncDir(dir)
+}
+
+// writeTemp writes data to a new read-only file in dir and syncs it.
+func writeTemp(dir, prefix string, data []byte) (name string, err error) {
+	f, err := os.CreateTemp(dir, prefix)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return "", err
+	}
+	if err := f.Chmod(0o444); err != nil {
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		return "", err
+	}
+	return f.Name(), f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func regularFile(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode().IsRegular()
 }
