@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,33 @@ type StatusResult struct {
 	Overwritten []string
 }
 
+// checkFence refuses a message whose fence trailer is below the newest
+// fence trailer on base's first-parent history (ownCommitSearch commits).
+func (r *Repo) checkFence(ctx context.Context, base statusBase, message string) error {
+	if base.commit == nil {
+		return nil
+	}
+	mine := int64(-1)
+	for _, t := range ParseTrailers(message) {
+		if t.Key == TrailerFence {
+			if v, err := strconv.ParseInt(t.Value, 10, 64); err == nil {
+				mine = v
+			}
+		}
+	}
+	if mine < 0 {
+		return nil // not a fenced writer
+	}
+	v, err := r.latestTrailer(ctx, base.commit.Hash, TrailerFence, ownCommitSearch)
+	if err != nil || v == "" {
+		return err
+	}
+	if theirs, err := strconv.ParseInt(v, 10, 64); err == nil && theirs > mine {
+		return fmt.Errorf("%w: fence %d, branch has %d", ErrStaleFence, mine, theirs)
+	}
+	return nil
+}
+
 // ownCommitSearch bounds how far back WriteStatus looks for the hub's
 // previous status commit on the first-parent history.
 const ownCommitSearch = 64
@@ -104,6 +132,11 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		ov := newOverlay(r.repo.Storer)
 		base, err := r.statusBaseFor(tracked, ov)
 		if err != nil {
+			return StatusResult{}, err
+		}
+		// Checked on the very tip the push will require (the push is a
+		// compare-and-swap on it), so no newer leader's commit can slip in.
+		if err := r.checkFence(ctx, base, message); err != nil {
 			return StatusResult{}, err
 		}
 		all, foreign, err := r.restoreForeignEdits(ctx, base.commit, edits)

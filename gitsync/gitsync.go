@@ -140,6 +140,12 @@ func (e *BranchNotFoundError) Error() string {
 // against another pusher.
 var ErrPushRaces = errors.New("status push lost every race with other pushers")
 
+// ErrStaleFence is returned by CommitStatus when the commit's
+// Fleetwave-Fence trailer is below the newest one already on the branch: a
+// newer leader wrote status since, and an old leader (paused, partitioned)
+// must not write over it.
+var ErrStaleFence = errors.New("a newer leader already wrote status (stale fence)")
+
 // ErrUnsafePath is returned for a caller path that is absolute, contains
 // "..", or is otherwise not a clean relative slash path.
 var ErrUnsafePath = errors.New("unsafe path")

@@ -3,6 +3,7 @@ package gitsync
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -126,4 +127,45 @@ func TestWriteStatusWhileTheRemoteIsDown(t *testing.T) {
 		t.Fatalf("status/summary.yaml = %q", got)
 	}
 	gittest.Git(t, bare, "fsck", "--strict", "--no-progress")
+}
+
+// TestAStaleLeaderCannotWriteOverANewerOne: a status commit whose fence is
+// below the newest fence on the branch (written by a newer leader, from
+// another mirror, maybe with human commits on top) is refused and pushes
+// nothing.
+func TestAStaleLeaderCannotWriteOverANewerOne(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	ctx := context.Background()
+	old, newer := open(t, url), open(t, url)
+	fetch(t, old)
+	fetch(t, newer)
+	write := func(r *Repo, fence, body string) error {
+		_, err := r.CommitStatus(ctx, map[string][]byte{"status/summary.yaml": []byte(body)},
+			StatusMessage("status", "", Trailer{TrailerFence, fence}))
+		return err
+	}
+	if err := write(old, "4", "by the old leader\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(newer, "5", "by the new leader\n"); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "A human commit on top")
+	head := gittest.Head(t, url)
+	if err := write(old, "4", "stale\n"); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("stale write: err = %v, want ErrStaleFence", err)
+	}
+	if gittest.Head(t, url) != head {
+		t.Fatal("the stale leader's commit was pushed")
+	}
+	if got, _ := gittest.ReadFile(t, url, "status/summary.yaml"); got != "by the new leader\n" {
+		t.Fatalf("summary = %q", got)
+	}
+	if err := write(newer, "5", "still the new leader\n"); err != nil {
+		t.Fatalf("the current leader is refused: %v", err)
+	}
+	if err := write(old, "6", "a later leader\n"); err != nil {
+		t.Fatalf("a higher fence is refused: %v", err)
+	}
 }

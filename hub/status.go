@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -52,6 +53,12 @@ func (h *Hub) statusStep(ctx context.Context) {
 		trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: generation})
 	}
 	res, err := h.repo.WriteStatus(ctx, files, gitsync.StatusMessage(subject, "", trailers...))
+	if errors.Is(err, gitsync.ErrStaleFence) {
+		// a newer leader wrote status: this hub lost its lease (paused or
+		// partitioned) and must not write over it; the lease loop steps down
+		h.log.Warn().Err(err).Int64("fence", fence).Msg("status commit refused: a newer leader wrote status")
+		return
+	}
 	if err != nil {
 		h.log.Warn().Err(err).Msg("status commit; retrying at the next interval")
 		return
