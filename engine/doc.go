@@ -1,12 +1,13 @@
 // Package engine is fleetwave's wave scheduler on Redis. It owns the queue
 // and time: rollouts, items, waves bounded by max_concurrent, attempts with a
 // deadline and a fencing token, retries with backoff, the leader lease with
-// its fencing epoch, the dashboard counters and the outbox cursor.
+// its fencing epoch, the dashboard counters, the lane depths and the
+// outbox.
 //
 // # Atomicity and fencing
 //
 // Every state change is one Lua script (lua/*.lua, each prefixed with
-// lua/lib.lua). The scripts receive now_ms from the engine's clock and never
+// lua/lib.lua, and with lua/wave.lua for the scripts that start waves). The scripts receive now_ms from the engine's clock and never
 // read time themselves, so a fake clock drives expiry, backoff and leases in
 // tests; expiry is decided by comparing stored timestamps (expires_at,
 // deadline, retry_after) with now_ms, never by Redis TTLs. The leader lease
@@ -36,8 +37,10 @@
 //
 //	epoch                  fencing counter (string, never expires)
 //	lease                  hash owner, fence, expires_at, acquired_at
-//	version                outbox cursor, bumped by every state change
+//	version                change counter, bumped by every state change (level-based status)
+//	outbox                 stream of the transitions Git status must show, until acknowledged
 //	counters               hash total, done, in_progress, pending, failed, skipped
+//	lanedepth              hash p:<lane>, f:<lane> -> items in the lanes' pending, in-flight sets
 //	seq                    rollout creation sequence
 //	rollouts, active       zsets of rollout ids by creation sequence
 //	r:<id>                 hash: status, reason, source, limits, wave, c_* counters
@@ -49,10 +52,10 @@
 //	r:<id>:history         list of operator actions (JSON: action, actor, at, from, to)
 //	wsets                  hash window set id -> its windows (JSON; content-addressed)
 //	i:<item>               hash: the item (no payload)
-//	ip:<item>              the item's attempt payload (command, rendered config)
-//	a:<attempt>            hash: the attempt, with its payload until it ends
+//	ip:<item>              the item's attempt payload (command, rendered config), until the item ends
+//	a:<attempt>            hash: the attempt (Poll adds the item's payload when it delivers it)
 //	q:<node>               list of attempt ids queued for the node
-//	wake:<node>            list of at most one wake-up token, pushed with q:<node> (a waiting Poll blocks on it)
+//	wake:<node>            list of at most one wake-up token, there while q:<node> is not empty (a waiting Poll blocks on it)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
 //	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash
 //	amb:<node>             set of the node's ambiguous items
@@ -61,8 +64,8 @@
 //	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
 //
 // Item ids are "<rollout>.<position>", attempt ids "<item>.<n>". The payload
-// is kept apart from the item and rollout records that status files and the
-// API read, and is dropped from an attempt's hash when the attempt ends.
+// is kept apart from the item, rollout and attempt records that status
+// files and the API read, and is deleted when the item ends.
 //
 // # Items
 //
@@ -77,8 +80,22 @@
 // At most one item per block instance is active (pending, in_progress,
 // retrying, ambiguous); CreateRollout enforces it (see its doc). The counters
 // of a rollout and of the fleet are kept by the same script that changes an
-// item's status (the old bucket is decremented, the new one incremented), so
-// Total = Done + InProgress + Pending + Failed + Skipped always holds.
+// item's status (the old bucket is decremented, the new one incremented,
+// summed per script and written once before the script reads or returns),
+// so Total = Done + InProgress + Pending + Failed + Skipped always holds.
+// The lane depths (LaneDepths) follow the lanes' pending and in-flight sets
+// the same way.
+//
+// # Outbox
+//
+// A rollout created, a rollout changing status (completed, blocked by the
+// failure threshold, paused, resumed, cancelled) and an item reaching a
+// terminal status are appended to the outbox stream by the script that
+// makes the change, so the record and the change are one atomic step.
+// ReadOutbox returns the entries not yet acknowledged, oldest first, to any
+// reader and as often as asked; AckOutbox (fenced: only the leader) deletes
+// delivered ones. Delivery is therefore at least once across crashes,
+// restarts and failovers, and the stream holds only undelivered entries.
 //
 // # Lanes, windows and reasons
 //
@@ -124,11 +141,20 @@
 // priority order; an item made pending again keeps its position) whose
 // window is open get an attempt each. A lane therefore never has more than
 // max_concurrent items in flight (except a split group larger than
-// max_concurrent, which runs alone in its wave). The result (Complete) that
-// leaves a lane's wave with nothing in flight starts the lane's next wave
-// in the same script, under the current lease's fence, so agents do not
-// wait for the next Step; it leaves the wave to Step when the lease expired
+// max_concurrent, which runs alone in its wave). A result (Complete) is one
+// O(1) script; the one that leaves a lane's wave with nothing in flight
+// says so, and Complete starts the lane's next wave right after with
+// next_wave.lua, under the current lease's fence, so agents do not wait for
+// the next Step; that script leaves the wave to Step when the lease expired
 // or the wave would hold an item bound by windows (only Step knows them).
+// A wave's dispatches write the deadlines, pending and in-flight sets once
+// per wave, not once per item.
+//
+// # Delivery
+//
+// A long Poll pipelines a blocking wait on the node's wake-up token with
+// the poll script, so a wake-up costs one round trip; the token exists
+// exactly while the node's queue is not empty.
 //
 // # Placement
 //

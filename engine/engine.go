@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +69,10 @@ const batchLimit = 1000
 const jitterCount = 8
 
 // wakeSlice bounds one blocking wait of Poll for a wake-up token (BLPOP),
-// and so how long Poll may take to notice that its context ended.
+// and so how long Poll may take to notice that its context ended. It is
+// shortened to half the client's read timeout when that is shorter than
+// two slices, since the wait shares a pipeline with the poll script and a
+// pipeline's replies are read within the read timeout.
 const wakeSlice = time.Second
 
 // fallbackPoll is how often a Poll that found no free blocking slot looks
@@ -150,7 +154,9 @@ type Engine struct {
 	floor func(ctx context.Context) (int64, error)
 	// blockers holds one token per Poll blocked on Redis (see WithBlockingPolls).
 	blockers chan struct{}
-	lmu      sync.Mutex // guards runID, maxFence
+	// slice is the longest blocking wait of Poll (see wakeSlice).
+	slice time.Duration
+	lmu   sync.Mutex // guards runID, maxFence
 	// runID is the Redis run_id seen at the last Campaign or Renew ("" =
 	// unknown); maxFence the highest fence this Engine held. Both let
 	// Campaign detect a Redis restart and never hand out an older fence.
@@ -168,7 +174,32 @@ var luaFS embed.FS
 
 // scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua).
 var scriptNames = []string{
-	"campaign", "renew", "resign", "create_rollout", "step", "poll", "complete", "report", "set_state",
+	"campaign", "renew", "resign", "create_rollout", "step", "poll", "complete", "next_wave", "report", "set_state",
+	"ack_outbox",
+}
+
+// waveScripts are the scripts that start waves: lua/wave.lua follows
+// lua/lib.lua in them. The others go without it, since a script defines
+// its functions anew on every call.
+var waveScripts = map[string]bool{"step": true, "next_wave": true}
+
+// scriptSource returns script name with its prefix (lib.lua, and wave.lua
+// for waveScripts).
+func scriptSource(name string) string {
+	parts := []string{"lib"}
+	if waveScripts[name] {
+		parts = append(parts, "wave")
+	}
+	var b strings.Builder
+	for _, p := range append(parts, name) {
+		src, err := luaFS.ReadFile("lua/" + p + ".lua")
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		b.Write(src)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // New returns an engine on rdb. Call Load before the first use.
@@ -204,21 +235,31 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		rnd:      o.rnd,
 		floor:    o.floor,
 		blockers: make(chan struct{}, max(o.blocking, 0)),
+		slice:    blockSlice(rdb),
 		scripts:  map[string]*redis.Script{},
 		wsets:    map[string]*windowSet{},
 	}
-	lib, err := luaFS.ReadFile("lua/lib.lua")
-	if err != nil {
-		panic(err) // embedded: cannot happen
-	}
 	for _, name := range scriptNames {
-		src, err := luaFS.ReadFile("lua/" + name + ".lua")
-		if err != nil {
-			panic(err)
-		}
-		e.scripts[name] = redis.NewScript(string(lib) + "\n" + string(src))
+		e.scripts[name] = redis.NewScript(scriptSource(name))
 	}
 	return e
+}
+
+// blockSlice is wakeSlice, or half the client's read timeout when that is
+// shorter than two slices (0 means go-redis' default of 3s; a negative one
+// means none).
+func blockSlice(rdb redis.UniversalClient) time.Duration {
+	var rt time.Duration
+	switch c := rdb.(type) {
+	case interface{ Options() *redis.Options }:
+		rt = c.Options().ReadTimeout
+	case interface{ Options() *redis.ClusterOptions }:
+		rt = c.Options().ReadTimeout
+	}
+	if rt <= 0 || rt >= 2*wakeSlice {
+		return wakeSlice
+	}
+	return max(rt/2, 10*time.Millisecond)
 }
 
 // Load loads every script into Redis (SCRIPT LOAD), so that later EVALSHA
@@ -262,6 +303,12 @@ func (e *Engine) run(ctx context.Context, name string, fence string, now int64, 
 		}
 		return "", nil, fmt.Errorf("script %s: %w", name, err)
 	}
+	return scriptReply(name, v)
+}
+
+// scriptReply splits a script's reply: a list whose first element is a
+// status word.
+func scriptReply(name string, v any) (string, []any, error) {
 	list, ok := v.([]any)
 	if !ok || len(list) == 0 {
 		return "", nil, fmt.Errorf("script %s: unexpected reply %T", name, v)

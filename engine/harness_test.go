@@ -180,7 +180,8 @@ func sum(c fleetwave.Counters) int64 { return c.Done + c.InProgress + c.Pending 
 // counters (per rollout and fleet) sum to their total and match the items'
 // statuses; a rollout never has more than max_concurrent items in flight;
 // at most one active item per block instance, and it is the one the
-// instance points to; every item is where its status says (no item lost).
+// instance points to; every item is where its status says (no item lost);
+// LaneDepths matches the lanes' sets.
 func (h *harness) check() {
 	h.t.Helper()
 	ctx := h.ctx
@@ -189,6 +190,7 @@ func (h *harness) check() {
 		h.t.Fatal(err)
 	}
 	var fleet fleetwave.Counters
+	depths := map[string]LaneDepth{} // from the lanes' sets
 	active := map[fleetwave.InstanceKey]string{}
 	deadlines := h.zset("deadlines")
 	retry := h.zset("retry")
@@ -205,12 +207,16 @@ func (h *harness) check() {
 		}
 		pending, inflightSet := map[string]bool{}, map[string]bool{}
 		for _, lane := range lanes {
+			d := depths[lane]
 			for id := range h.zset("r:" + r.ID + ":p:" + lane) {
 				pending[id] = true
+				d.Pending++
 			}
 			for id := range h.set("r:" + r.ID + ":f:" + lane) {
 				inflightSet[id] = true
+				d.InFlight++
 			}
+			depths[lane] = d
 		}
 		for _, it := range items {
 			recount.Add(it.Status, 1)
@@ -256,6 +262,20 @@ func (h *harness) check() {
 		}
 		if r.Status == fleetwave.RolloutCompleted && (recount.Pending+recount.InProgress) != 0 {
 			h.t.Fatalf("rollout %s completed with active items: %+v", r.ID, recount)
+		}
+	}
+	got, err := h.e.LaneDepths(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for lane, d := range got {
+		if d != depths[lane] {
+			h.t.Fatalf("lane %q depth %+v, its sets hold %+v", lane, d, depths[lane])
+		}
+	}
+	for lane, d := range depths {
+		if _, ok := got[lane]; !ok && d != (LaneDepth{}) {
+			h.t.Fatalf("lane %q missing from LaneDepths, its sets hold %+v", lane, d)
 		}
 	}
 	c, err := h.e.Counters(ctx)

@@ -70,7 +70,8 @@ func (e *Engine) Counters(ctx context.Context) (fleetwave.Counters, error) {
 	return counters(m, ""), nil
 }
 
-// Version returns the outbox cursor: it grows with every state change.
+// Version returns the change counter: it grows with every state change
+// (attempt deliveries excepted), so a reader can tell that nothing changed.
 func (e *Engine) Version(ctx context.Context) (int64, error) {
 	v, err := e.rdb.Get(ctx, e.keys[2]).Int64()
 	if errors.Is(err, redis.Nil) {

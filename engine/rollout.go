@@ -155,7 +155,13 @@ func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
 	if len(counts) == 3 {
 		res = StepResult{Dispatched: int(asInt(counts[0])), Expired: int(asInt(counts[1])), Completed: int(asInt(counts[2]))}
 	}
-	events, _ := rest[1].([]any)
+	e.logEvents(rest[1])
+	return res, nil
+}
+
+// logEvents logs the events a wave script returns: {kind, rollout, detail}.
+func (e *Engine) logEvents(v any) {
+	events, _ := v.([]any)
 	for _, ev := range events {
 		f, _ := ev.([]any)
 		if len(f) != 3 {
@@ -177,5 +183,4 @@ func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
 			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("placement rejected: a node lacks a required capability or data address")
 		}
 	}
-	return res, nil
 }

@@ -52,6 +52,7 @@ local function open_rollout()
     'created_at', int(NOW), 'updated_at', int(NOW))
   redis.call('ZADD', P .. 'rollouts', int(seq), rid)
   redis.call('ZADD', P .. 'active', int(seq), rid)
+  outbox_rollout(rid, 'active', 'created')
   out[2] = rid
 end
 
@@ -163,6 +164,10 @@ for i = 0, n - 1 do
       'last_attempt', '', 'last_class', '', 'created_at', int(NOW), 'updated_at', int(NOW))
     redis.call('RPUSH', k_r(rid) .. ':items', id)
     redis.call('HSETNX', k_lanes(rid), lane, '0')
+    if status ~= 'pending' then
+      outbox_item({ rollout = rid, id = id, node = node, block = block, generation = ARGV[b + 4] },
+        status, reason)
+    end
     if skip ~= '' then
       redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', ARGV[b + 4], 'skip_hash', hash)
     elseif blocked ~= '' then
@@ -172,7 +177,7 @@ for i = 0, n - 1 do
       redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
     else
       redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
-      redis.call('ZADD', k_lp(rid, lane), int(pos), id)
+      lp_add(rid, lane, int(pos), id)
       if grp ~= '' then
         redis.call('RPUSH', k_g(rid, grp), id)
       end

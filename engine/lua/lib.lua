@@ -1,8 +1,11 @@
--- lib.lua is prepended to every other script of this directory.
+-- lib.lua is prepended to every other script of this directory (wave.lua,
+-- the wave machinery, follows it in the scripts that start waves; poll and
+-- the lease scripts do without, since defining functions costs time on
+-- every call).
 --
 -- Calling convention of every script:
 --   KEYS[1] epoch (fencing counter)   KEYS[2] lease (hash)
---   KEYS[3] version (outbox cursor)   KEYS[4] fleet counters (hash)
+--   KEYS[3] version (change counter)  KEYS[4] fleet counters (hash)
 --   ARGV[1] key prefix "fw{p}:"       ARGV[2] caller's fence ("" when unfenced)
 --   ARGV[3] now in unix ms (from the engine's clock; scripts never read time)
 -- Every other key a script touches is built from ARGV[1] and so carries the
@@ -39,9 +42,6 @@ local function check_fence()
   return redis.call('HGET', KEYS[2], 'fence') == FENCE
 end
 
-local function bump()
-  redis.call('INCR', KEYS[3])
-end
 
 local ACTIVE = { pending = true, in_progress = true, retrying = true, ambiguous = true }
 
@@ -62,46 +62,193 @@ local function k_inst(node, block) return P .. 'inst:' .. node .. ':' .. block e
 local function k_lanes(rid) return P .. 'r:' .. rid .. ':lanes' end
 local function k_lp(rid, lane) return P .. 'r:' .. rid .. ':p:' .. (lane or '') end
 local function k_lf(rid, lane) return P .. 'r:' .. rid .. ':f:' .. (lane or '') end
+-- the item ids of a split group
+local function k_g(rid, grp) return P .. 'r:' .. rid .. ':g:' .. grp end
+
+-- Counter deltas are gathered in DELTA and written by flush(): per
+-- rollout one HMGET and one HSET (with updated_at), per fleet bucket one
+-- HINCRBY, however many items changed (a wave of 200 dispatches costs a
+-- handful of writes, not four per item). Every script calls flush() before
+-- it returns (bump does) and before it reads a rollout's counters
+-- (maybe_complete does), so no counter is ever read stale.
+local DELTA = {} -- rollout id -> bucket -> delta; FLEET: bucket -> delta
+local FLEET = {}
+-- Lane depths (fleet-wide, per lane: 'p:<lane>' items in the lanes'
+-- pending sets, 'f:<lane>' in their in-flight sets) follow set membership:
+-- every add or remove below counts what Redis says it added or removed, so
+-- the depths stay exact even where a script heals a set.
+local LDELTA = {}
+
+local function lane_count(kind, lane, n)
+  if n ~= 0 then
+    local f = kind .. ':' .. (lane or '')
+    LDELTA[f] = (LDELTA[f] or 0) + n
+  end
+end
+
+local function lp_add(rid, lane, pos, id)
+  lane_count('p', lane, redis.call('ZADD', k_lp(rid, lane), pos, id))
+end
+
+local function lp_rem(rid, lane, id)
+  lane_count('p', lane, -redis.call('ZREM', k_lp(rid, lane), id))
+end
+
+local function lf_rem(rid, lane, id)
+  lane_count('f', lane, -redis.call('SREM', k_lf(rid, lane), id))
+end
+
+local RSTAT = {} -- rollout id -> {status, c_pending, c_in_progress} as of the last flush
 
 local function count(rid, status, delta)
   local b = BUCKET[status]
-  redis.call('HINCRBY', k_r(rid), 'c_' .. b, delta)
-  redis.call('HINCRBY', KEYS[4], b, delta)
+  local d = DELTA[rid]
+  if not d then
+    d = {}
+    DELTA[rid] = d
+  end
+  d[b] = (d[b] or 0) + delta
+  FLEET[b] = (FLEET[b] or 0) + delta
 end
 
--- set_status moves an item to status new, keeping both counter sets exact.
-local function set_status(it, new, reason)
+local function flush()
+  RSTAT = {}
+  for rid, d in pairs(DELTA) do
+    local rk = k_r(rid)
+    local f = { 'status', 'c_pending', 'c_in_progress' }
+    for b, n in pairs(d) do
+      if n ~= 0 and b ~= 'pending' and b ~= 'in_progress' then
+        f[#f + 1] = 'c_' .. b
+      end
+    end
+    local v = redis.call('HMGET', rk, unpack(f))
+    local set = { 'updated_at', int(NOW) }
+    for i = 2, #f do
+      local n = d[string.sub(f[i], 3)] or 0
+      if n ~= 0 then
+        v[i] = int(num(v[i]) + n)
+        set[#set + 1] = f[i]
+        set[#set + 1] = v[i]
+      end
+    end
+    redis.call('HSET', rk, unpack(set))
+    RSTAT[rid] = v
+  end
+  for b, n in pairs(FLEET) do
+    if n ~= 0 then
+      redis.call('HINCRBY', KEYS[4], b, n)
+    end
+  end
+  for f, n in pairs(LDELTA) do
+    if n ~= 0 then
+      redis.call('HINCRBY', P .. 'lanedepth', f, n)
+    end
+  end
+  DELTA, FLEET, LDELTA = {}, {}, {}
+end
+
+-- The outbox (stream 'outbox') records, in the same script as the change,
+-- every transition that Git status must show: a rollout created or
+-- changing status, an item reaching a terminal status. Entries stay until
+-- the leader acknowledges them (AckOutbox), so they are delivered at least
+-- once, across restarts. The stream id orders them; 'at' is the engine
+-- clock.
+local function outbox(...)
+  redis.call('XADD', P .. 'outbox', '*', 'at', int(NOW), ...)
+end
+
+local function outbox_rollout(rid, status, reason)
+  outbox('kind', 'rollout', 'rollout', rid, 'status', status, 'reason', reason or '')
+end
+
+local function outbox_item(it, status, reason)
+  outbox('kind', 'item', 'rollout', it.rollout, 'item', it.id, 'status', status,
+    'reason', reason or '', 'node', it.node or '', 'block', it.block or '',
+    'generation', it.generation or '0')
+end
+
+local function bump()
+  flush()
+  redis.call('INCR', KEYS[3])
+end
+
+-- Item fields the scripts use (HMGET: an item hash has some 30 fields and
+-- most transitions need a third of them).
+local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'target_version',
+  'config_hash', 'desired_state', 'managed_by', 'one_shot', 'timeout_ms', 'wset', 'grp', 'req',
+  'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt' }
+-- what a result needs (complete.lua: finish, transient, set_status)
+local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
+  'managed_by', 'status', 'retry_count', 'last_attempt' }
+-- what a wave scan needs of an item it will not dispatch
+local ITEM_SCAN_F = { 'status', 'reason', 'retry_after', 'wset', 'grp' }
+
+-- load_item returns item id's fields (ITEM_F, or the given list) as a
+-- table; a missing item yields a table without status.
+local function load_item(id, fields)
+  fields = fields or ITEM_F
+  local v = redis.call('HMGET', k_i(id), unpack(fields))
+  local t = { id = id }
+  for i, f in ipairs(fields) do
+    if v[i] then
+      t[f] = v[i]
+    end
+  end
+  return t
+end
+
+-- set_status moves an item to status new, keeping both counter sets exact;
+-- extra field/value pairs of the item are written with it.
+local function set_status(it, new, reason, ...)
   if it.status ~= new then
     count(it.rollout, it.status, -1)
     count(it.rollout, new, 1)
     it.status = new
   end
-  redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW))
-  redis.call('HSET', k_r(it.rollout), 'updated_at', int(NOW))
+  redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
 end
 
 -- maybe_complete marks an active rollout completed once every item is
 -- terminal; returns 1 when it did.
 local function maybe_complete(rid)
+  flush()
   local rk = k_r(rid)
-  local r = redis.call('HMGET', rk, 'status', 'c_pending', 'c_in_progress')
+  local r = RSTAT[rid] or redis.call('HMGET', rk, 'status', 'c_pending', 'c_in_progress')
   if r[1] == 'active' and num(r[2]) == 0 and num(r[3]) == 0 then
     redis.call('HSET', rk, 'status', 'completed', 'reason', '', 'updated_at', int(NOW))
     redis.call('ZREM', P .. 'active', rid)
+    outbox_rollout(rid, 'completed', '')
     return 1
   end
   return 0
 end
 
+-- leave takes an item out of the set or sorted set its status keeps it in
+-- (pending: the lane's pending zset; in flight: the lane's in-flight set,
+-- plus retry for retrying and the node's amb set for ambiguous).
+local function leave(it)
+  local s = it.status
+  if s == 'pending' then
+    lp_rem(it.rollout, it.managed_by, it.id)
+  elseif s == 'in_progress' or s == 'retrying' or s == 'ambiguous' then
+    lf_rem(it.rollout, it.managed_by, it.id)
+    if s == 'retrying' then
+      redis.call('ZREM', P .. 'retry', it.id)
+    elseif s == 'ambiguous' then
+      redis.call('SREM', P .. 'amb:' .. it.node, it.id)
+    end
+  end
+end
+
 -- finish moves an item to a terminal status, frees its block instance and
 -- records the outcome there; returns 1 when that completed the rollout.
-local function finish(it, status, reason)
-  set_status(it, status, reason)
-  redis.call('HSET', k_i(it.id), 'completed_at', int(NOW), 'retry_after', '0')
-  redis.call('SREM', k_lf(it.rollout, it.managed_by), it.id)
-  redis.call('ZREM', k_lp(it.rollout, it.managed_by), it.id)
-  redis.call('ZREM', P .. 'retry', it.id)
-  redis.call('SREM', P .. 'amb:' .. it.node, it.id)
+-- Extra field/value pairs of the item are written with its status.
+-- The payload (rendered config) goes with it: no attempt needs it any more.
+local function finish(it, status, reason, ...)
+  leave(it)
+  set_status(it, status, reason, 'completed_at', int(NOW), 'retry_after', '0', ...)
+  outbox_item(it, status, reason)
+  redis.call('DEL', P .. 'ip:' .. it.id)
   local ik = k_inst(it.node, it.block)
   if redis.call('HGET', ik, 'active') == it.id then
     redis.call('HDEL', ik, 'active')
@@ -124,9 +271,8 @@ end
 local function transient(it, base, maxb, jitter)
   local rc = num(it.retry_count)
   local mr = num(redis.call('HGET', k_r(it.rollout), 'max_retries'))
-  redis.call('HSET', k_i(it.id), 'last_class', 'transient')
   if rc >= mr then
-    return finish(it, 'failed', 'retries_exhausted')
+    return finish(it, 'failed', 'retries_exhausted', 'last_class', 'transient')
   end
   local d = base * (2 ^ rc)
   if d > maxb then
@@ -134,299 +280,25 @@ local function transient(it, base, maxb, jitter)
   end
   d = math.floor(d / 2 + (d / 2) * jitter)
   local at = NOW + d
-  set_status(it, 'retrying', 'backoff')
-  redis.call('HSET', k_i(it.id), 'retry_count', int(rc + 1), 'retry_after', int(at))
+  set_status(it, 'retrying', 'backoff', 'last_class', 'transient',
+    'retry_count', int(rc + 1), 'retry_after', int(at))
   redis.call('ZADD', P .. 'retry', int(at), it.id)
   return 0
 end
 
--- close_attempt records an attempt's end and drops its payload (the rendered
--- config must not outlive the attempt); the hash expires later (garbage
--- collection only: no logic depends on that TTL).
-local function close_attempt(aid, node, state, class)
+-- close_attempt records an attempt's end; the hash expires later (garbage
+-- collection only: no logic depends on that TTL). An attempt never holds
+-- the payload (Poll reads the item's, which goes when the item finishes),
+-- so no rendered config outlives its attempt. Only a queued (never
+-- delivered) attempt is still in its node's queue. Extra field/value pairs
+-- of the attempt are written with its state.
+local function close_attempt(aid, node, old_state, state, class, ...)
   local ak = k_a(aid)
-  redis.call('HSET', ak, 'state', state, 'class', class, 'finished_at', int(NOW))
-  redis.call('HDEL', ak, 'payload')
+  redis.call('HSET', ak, 'state', state, 'class', class, 'finished_at', int(NOW), ...)
   redis.call('PEXPIRE', ak, 604800000)
   redis.call('ZREM', P .. 'deadlines', aid)
-  redis.call('LREM', P .. 'q:' .. node, 0, aid)
-end
-
--- Wave machinery, shared by step (every lane, every call) and complete (the
--- lane of the item that just finished). WV holds the caller's settings and
--- what this call did: grace and default timeout (ms) for new deadlines, the
--- window states (id -> 0 open, else next opening ms, -1 unknown; nil = the
--- caller was not told any: a windowed item then leaves the wave to Step),
--- the fence new attempts carry and the scan limit.
-local WV = { grace = 0, def_timeout = 600000, win = nil, fence = FENCE, limit = 1000,
-  dispatched = 0, touched = 0, completed = 0, events = {} }
-
-local function event(kind, rid, detail)
-  WV.events[#WV.events + 1] = { kind, rid, detail }
-end
-
--- closed_until returns nil when the item may run now (no windows, or one
--- of them open), else the next opening time in ms (0 = not known: a set
--- this call was not told about, or one that never opens); false when the
--- caller knows no window state at all.
-local function closed_until(it)
-  local ws = it.wset or ''
-  if ws == '' then
-    return nil
-  end
-  if WV.win == nil then
-    return false
-  end
-  local w = WV.win[ws]
-  if w == 0 then
-    return nil
-  end
-  if w == nil or w < 0 then
-    return 0
-  end
-  return w
-end
-
--- set_reason records why a waiting item was not dispatched (written only
--- when it changed, so a quiet call stays cheap).
-local function set_reason(it, reason, at)
-  if (it.reason or '') ~= reason or num(it.retry_after) ~= at then
-    redis.call('HSET', k_i(it.id), 'reason', reason, 'retry_after', int(at))
-    it.reason, it.retry_after = reason, int(at)
-    WV.touched = WV.touched + 1
+  if old_state == 'queued' then
+    redis.call('LREM', P .. 'q:' .. node, 0, aid)
   end
 end
 
--- dispatch starts a new attempt of item it, queued for its node.
-local function dispatch(it, wave)
-  local n = num(it.attempts) + 1
-  local aid = it.id .. '.' .. n
-  local tmo = num(it.timeout_ms)
-  if tmo <= 0 then
-    tmo = WV.def_timeout
-  end
-  local deadline = NOW + tmo + WV.grace
-  local payload = redis.call('GET', P .. 'ip:' .. it.id) or '{}'
-  redis.call('HSET', k_a(aid), 'id', aid, 'item', it.id, 'rollout', it.rollout,
-    'node', it.node, 'block', it.block, 'action', it.action, 'generation', it.generation,
-    'target_version', it.target_version or '', 'config_hash', it.config_hash or '',
-    'desired_state', it.desired_state or '', 'managed_by', it.managed_by or '',
-    'fence', WV.fence, 'deadline', int(deadline), 'dispatched_at', int(NOW),
-    'state', 'queued', 'payload', payload)
-  redis.call('RPUSH', P .. 'q:' .. it.node, aid)
-  -- wake a Poll blocked on the node (BLPOP): one token is enough, and one
-  -- left over only costs a waiter an extra look at its queue; the TTL is
-  -- garbage collection only (the token is useless once the attempt is due)
-  local wk = P .. 'wake:' .. it.node
-  redis.call('RPUSH', wk, '1')
-  redis.call('LTRIM', wk, 0, 0)
-  redis.call('PEXPIRE', wk, int(tmo + WV.grace))
-  redis.call('ZADD', P .. 'deadlines', int(deadline), aid)
-  redis.call('SADD', k_lf(it.rollout, it.managed_by), it.id)
-  redis.call('ZREM', k_lp(it.rollout, it.managed_by), it.id)
-  redis.call('ZREM', P .. 'retry', it.id)
-  set_status(it, 'in_progress', '')
-  redis.call('HSET', k_i(it.id), 'attempts', int(n), 'last_attempt', aid,
-    'dispatched_at', int(NOW), 'retry_after', '0')
-  if wave then
-    redis.call('HSET', k_i(it.id), 'wave', int(wave))
-  end
-  WV.dispatched = WV.dispatched + 1
-end
-
--- Placement. A node's capabilities and data addresses come from its last
--- full report (obs); a node that never reported has none.
-local PLACE = {} -- node -> {caps = set, addr = set} or false (no report)
-local function placement_of(node)
-  local p = PLACE[node]
-  if p == nil then
-    p = false
-    local raw = redis.call('HGET', P .. 'obs', node)
-    if raw then
-      local ok, rep = pcall(cjson.decode, raw)
-      if ok and type(rep) == 'table' then
-        p = { caps = {}, addr = {} }
-        if type(rep.capabilities) == 'table' then
-          for _, c in ipairs(rep.capabilities) do
-            if type(c) == 'string' then
-              p.caps[c] = true
-            end
-          end
-        end
-        if type(rep.data_addresses) == 'table' then
-          for k, v in pairs(rep.data_addresses) do
-            if type(k) == 'string' and type(v) == 'string' and v ~= '' then
-              p.addr[k] = true
-            end
-          end
-        end
-      end
-    end
-    PLACE[node] = p
-  end
-  return p
-end
-
--- placeable reports whether node advertises every requirement: a
--- capability, or "address:<name>" for a data address.
-local function placeable(node, reqs)
-  if #reqs == 0 then
-    return true
-  end
-  local p = placement_of(node)
-  if not p then
-    return false
-  end
-  for _, r in ipairs(reqs) do
-    local name = string.match(r, '^address:(.*)$')
-    if name then
-      if not p.addr[name] then
-        return false
-      end
-    elseif not p.caps[r] then
-      return false
-    end
-  end
-  return true
-end
-
--- requires_of returns an item's requirements (stored newline-separated).
-local function requires_of(it, into, seen)
-  into, seen = into or {}, seen or {}
-  for r in string.gmatch(it.req or '', '[^\n]+') do
-    if not seen[r] then
-      seen[r] = true
-      into[#into + 1] = r
-    end
-  end
-  return into, seen
-end
-
-local function k_g(rid, grp) return P .. 'r:' .. rid .. ':g:' .. grp end
-
--- lane_wave starts the next wave of a lane of active rollout rid (record r)
--- when the lane has nothing in flight and something pending: the first
--- max_concurrent pending items in dispatch order whose window is open. A
--- split group leaves pending as a whole (its pending items count together
--- against max_concurrent; one larger than max_concurrent runs alone in its
--- wave) or waits; an item or group whose nodes do not advertise its
--- requirements is blocked (placement_rejected) before any attempt exists.
--- The scan is decided first and applied after, so a caller without window
--- states (complete) changes nothing when it meets a windowed item.
--- Returns -1 when the failure threshold halted the rollout, else the number
--- of items dispatched.
-local function lane_wave(rid, r, lane)
-  local rk = k_r(rid)
-  local lp, lf = k_lp(rid, lane), k_lf(rid, lane)
-  if redis.call('SCARD', lf) ~= 0 or redis.call('ZCARD', lp) == 0 then
-    return 0
-  end
-  -- the threshold counts failures since the last resume
-  local thr = num(r.failure_threshold_percent)
-  local failed = num(r.c_failed) - num(r.thr_failed0)
-  local base = num(r.c_total) - num(r.thr_total0)
-  if thr > 0 and failed * 100 > thr * base then
-    redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', int(NOW))
-    redis.call('ZREM', P .. 'active', rid)
-    event('halted', rid, 'failure_threshold')
-    return -1
-  end
-  local mc = num(r.max_concurrent)
-  if mc < 1 then
-    mc = 1
-  end
-  local plan = {} -- {'run', items} | {'wait', items, reason, ats} | {'reject', items}
-  local started, peeked = 0, 0
-  local groups = {}
-  local ids = redis.call('ZRANGE', lp, 0, WV.limit - 1)
-  for _, id in ipairs(ids) do
-    local it = hgetall(k_i(id))
-    local unit = nil
-    if it.status ~= 'pending' then
-      redis.call('ZREM', lp, id) -- not pending any more: heal
-    elseif (it.grp or '') == '' then
-      unit = { it }
-    elseif not groups[it.grp] then
-      groups[it.grp] = true
-      unit = {}
-      local reqs, seen = {}, {}
-      for _, mid in ipairs(redis.call('LRANGE', k_g(rid, it.grp), 0, -1)) do
-        local m = it
-        if mid ~= id then
-          m = hgetall(k_i(mid))
-        end
-        requires_of(m, reqs, seen)
-        if m.status == 'pending' then
-          unit[#unit + 1] = m
-        end
-      end
-      unit.reqs = reqs
-    end
-    if unit and #unit > 0 then
-      local closed, ats = false, {}
-      for i, m in ipairs(unit) do
-        local at = closed_until(m)
-        if at == false then
-          return 0 -- window state unknown here: the next Step decides
-        end
-        ats[i] = at
-        if at ~= nil then
-          closed = true
-        end
-      end
-      local k = #unit
-      if closed then
-        for i = 1, k do
-          ats[i] = ats[i] or 0
-        end
-        plan[#plan + 1] = { 'wait', unit, 'maintenance_window', ats }
-      elseif started + k <= mc or (started == 0 and k > mc) then
-        local reqs = unit.reqs or requires_of(unit[1])
-        local ok = true
-        for _, m in ipairs(unit) do
-          if not placeable(m.node, reqs) then
-            ok = false
-            break
-          end
-        end
-        if ok then
-          plan[#plan + 1] = { 'run', unit }
-          started = started + k
-        else
-          plan[#plan + 1] = { 'reject', unit }
-        end
-      else
-        -- next in line: waits for this wave of its lane
-        plan[#plan + 1] = { 'wait', unit, 'lane_full', {} }
-        peeked = peeked + k
-        if peeked >= mc then
-          break
-        end
-      end
-    end
-  end
-  local wave = num(redis.call('HGET', k_lanes(rid), lane)) + 1
-  for _, p in ipairs(plan) do
-    for i, m in ipairs(p[2]) do
-      if p[1] == 'run' then
-        dispatch(m, wave)
-      elseif p[1] == 'wait' then
-        set_reason(m, p[3], p[4][i] or 0)
-      else
-        WV.completed = WV.completed + finish(m, 'blocked', 'placement_rejected')
-        WV.touched = WV.touched + 1
-        event('placement_rejected', rid, m.id)
-      end
-    end
-  end
-  if started > 0 then
-    redis.call('HSET', k_lanes(rid), lane, int(wave))
-    local top = num(redis.call('HGET', rk, 'wave'))
-    if wave > top then
-      top = wave
-    end
-    redis.call('HSET', rk, 'wave', int(top), 'reason', '', 'updated_at', int(NOW))
-    event('wave', rid, lane .. '#' .. int(wave))
-  end
-  return started
-end

@@ -63,8 +63,8 @@ for _, id in ipairs(amb) do
       else
         set_status(it, 'pending', '')
         redis.call('SREM', P .. 'amb:' .. node, id)
-        redis.call('SREM', k_lf(it.rollout, it.managed_by), id)
-        redis.call('ZADD', k_lp(it.rollout, it.managed_by), it.pos, id)
+        lf_rem(it.rollout, it.managed_by, id)
+        lp_add(it.rollout, it.managed_by, it.pos, id)
       end
     end
   end

@@ -68,6 +68,7 @@ else
 end
 redis.call('HSET', rk, 'updated_at', int(NOW), 'state_action', action,
   'state_actor', actor, 'state_at', int(NOW))
+outbox_rollout(rid, to, action)
 redis.call('RPUSH', rk .. ':history',
   cjson.encode({ action = action, actor = actor, at = int(NOW), from = from, to = to }))
 if action == 'resume' then

@@ -43,24 +43,23 @@ local expired, completed = 0, 0
 local due = redis.call('ZRANGEBYSCORE', P .. 'deadlines', '-inf', int(NOW), 'LIMIT', 0, LIMIT)
 for _, aid in ipairs(due) do
   local a = hgetall(k_a(aid))
-  local it = hgetall(k_i(a.item or ''))
+  local it = load_item(a.item or '')
   expired = expired + 1
   if it.status == 'in_progress' and it.last_attempt == aid then
     if a.state == 'queued' then
       -- never delivered: the agent is offline, a transient failure
-      close_attempt(aid, a.node, 'expired', 'lost')
+      close_attempt(aid, a.node, a.state, 'expired', 'lost')
       completed = completed + transient(it, BASE, MAXB, jitter())
       event('undelivered', it.rollout, it.id)
     else
       -- delivered, no result: never replay blindly, wait for a report
-      close_attempt(aid, a.node, 'lost', 'lost')
-      set_status(it, 'ambiguous', 'awaiting_report')
-      redis.call('HSET', k_i(it.id), 'last_class', 'lost')
+      close_attempt(aid, a.node, a.state, 'lost', 'lost')
+      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost')
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id)
     end
   else
-    close_attempt(aid, a.node or '', 'expired', 'lost')
+    close_attempt(aid, a.node or '', a.state, 'expired', 'lost')
   end
 end
 
@@ -69,13 +68,14 @@ end
 -- them (resume puts them back), a cancelled one skips them.
 local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', int(NOW), 'LIMIT', 0, LIMIT)
 for _, id in ipairs(ready) do
-  local it = hgetall(k_i(id))
+  local it = load_item(id)
   if it.status ~= 'retrying' then
     redis.call('ZREM', P .. 'retry', id)
   else
     local rs = redis.call('HGET', k_r(it.rollout), 'status')
     if rs == 'cancelled' then
       completed = completed + finish(it, 'skipped', 'cancelled')
+      WV.touched = WV.touched + 1
     elseif rs == 'paused' then
       redis.call('ZREM', P .. 'retry', id)
     else
@@ -94,6 +94,8 @@ for _, id in ipairs(ready) do
   end
 end
 
+dispatched()
+
 -- 3. waves, per lane: a lane whose current wave has nothing in flight
 -- starts its next wave (lane_wave); lanes never wait for each other. A
 -- rollout with nothing pending or in flight completes; the failure
@@ -101,6 +103,7 @@ end
 local active = redis.call('ZRANGE', P .. 'active', 0, -1)
 for _, rid in ipairs(active) do
   local rk = k_r(rid)
+  flush() -- r's counters must include what this call changed
   local r = hgetall(rk)
   if r.status ~= 'active' then
     redis.call('ZREM', P .. 'active', rid)
@@ -119,6 +122,7 @@ for _, rid in ipairs(active) do
 end
 
 completed = completed + WV.completed
+flush()
 if WV.dispatched + expired + completed + WV.touched + #WV.events > 0 then
   bump()
 end

@@ -1,0 +1,352 @@
+-- wave.lua follows lib.lua in the scripts that start waves (step,
+-- next_wave).
+--
+-- Wave machinery, shared by step (every lane, every call) and next_wave
+-- (the lane of the item whose result emptied its wave). WV holds the caller's settings and
+-- what this call did: grace and default timeout (ms) for new deadlines, the
+-- window states (id -> 0 open, else next opening ms, -1 unknown; nil = the
+-- caller was not told any: a windowed item then leaves the wave to Step),
+-- the fence new attempts carry and the scan limit.
+local WV = { grace = 0, def_timeout = 600000, win = nil, fence = FENCE, limit = 1000,
+  dispatched = 0, touched = 0, completed = 0, events = {} }
+
+local function event(kind, rid, detail)
+  WV.events[#WV.events + 1] = { kind, rid, detail }
+end
+
+-- closed_until returns nil when the item may run now (no windows, or one
+-- of them open), else the next opening time in ms (0 = not known: a set
+-- this call was not told about, or one that never opens); false when the
+-- caller knows no window state at all.
+local function closed_until(it)
+  local ws = it.wset or ''
+  if ws == '' then
+    return nil
+  end
+  if WV.win == nil then
+    return false
+  end
+  local w = WV.win[ws]
+  if w == 0 then
+    return nil
+  end
+  if w == nil or w < 0 then
+    return 0
+  end
+  return w
+end
+
+-- set_reason records why a waiting item was not dispatched (written only
+-- when it changed, so a quiet call stays cheap).
+local function set_reason(it, reason, at)
+  if (it.reason or '') ~= reason or num(it.retry_after) ~= at then
+    redis.call('HSET', k_i(it.id), 'reason', reason, 'retry_after', int(at))
+    it.reason, it.retry_after = reason, int(at)
+    WV.touched = WV.touched + 1
+  end
+end
+
+-- Set and sorted-set updates of dispatches are gathered and written by
+-- dispatched() in one command per key, not one per item: a wave of 200
+-- writes the deadlines, the lane's pending zset and in-flight set once.
+local DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {} }
+
+local function dq_add(t, key, ...)
+  local l = t[key]
+  if not l then
+    l = {}
+    t[key] = l
+  end
+  for _, v in ipairs({ ... }) do
+    l[#l + 1] = v
+  end
+end
+
+-- dispatch starts a new attempt of a pending or retrying item, queued for
+-- its node. The attempt holds what the agent needs except the payload,
+-- which Poll reads from the item (ip:<item>) when it delivers it. The
+-- caller calls dispatched() before anything reads the deadlines, retry,
+-- pending or in-flight sets again.
+local function dispatch(it, wave)
+  local n = num(it.attempts) + 1
+  local aid = it.id .. '.' .. n
+  local tmo = num(it.timeout_ms)
+  if tmo <= 0 then
+    tmo = WV.def_timeout
+  end
+  local deadline = NOW + tmo + WV.grace
+  redis.call('HSET', k_a(aid), 'id', aid, 'item', it.id, 'rollout', it.rollout,
+    'node', it.node, 'block', it.block, 'action', it.action, 'generation', it.generation,
+    'target_version', it.target_version or '', 'config_hash', it.config_hash or '',
+    'desired_state', it.desired_state or '', 'managed_by', it.managed_by or '',
+    'fence', WV.fence, 'deadline', int(deadline), 'dispatched_at', int(NOW),
+    'state', 'queued')
+  redis.call('RPUSH', P .. 'q:' .. it.node, aid)
+  -- wake a Poll blocked on the node (BLPOP): one token is enough, and one
+  -- left over only costs a waiter an extra look at its queue; the TTL is
+  -- garbage collection only (the token is useless once the attempt is due)
+  local wk = P .. 'wake:' .. it.node
+  if redis.call('RPUSH', wk, '1') > 1 then
+    redis.call('LTRIM', wk, 0, 0)
+  end
+  redis.call('PEXPIRE', wk, int(tmo + WV.grace))
+  dq_add(DQ.deadlines, P .. 'deadlines', int(deadline), aid)
+  if it.status == 'pending' then
+    local lp, lf = k_lp(it.rollout, it.managed_by), k_lf(it.rollout, it.managed_by)
+    dq_add(DQ.lp, lp, it.id)
+    dq_add(DQ.lf, lf, it.id)
+    DQ.lane[lp], DQ.lane[lf] = it.managed_by or '', it.managed_by or ''
+  elseif it.status == 'retrying' then
+    dq_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
+  end
+  if wave then
+    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
+      'dispatched_at', int(NOW), 'retry_after', '0', 'wave', int(wave))
+  else
+    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
+      'dispatched_at', int(NOW), 'retry_after', '0')
+  end
+  WV.dispatched = WV.dispatched + 1
+end
+
+-- dispatched writes what dispatch gathered, in chunks (unpack has limits).
+local function dispatched()
+  for cmd, t in pairs({ ZADD = DQ.deadlines, ZREM = DQ.lp, SADD = DQ.lf, ZREM_R = DQ.retry }) do
+    if cmd == 'ZREM_R' then
+      cmd = 'ZREM'
+    end
+    for key, l in pairs(t) do
+      local step = 1000 -- even: ZADD takes score/member pairs
+      for i = 1, #l, step do
+        local n = redis.call(cmd, key, unpack(l, i, math.min(i + step - 1, #l)))
+        if t == DQ.lp then
+          lane_count('p', DQ.lane[key], -n)
+        elseif t == DQ.lf then
+          lane_count('f', DQ.lane[key], n)
+        end
+      end
+    end
+  end
+  DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {} }
+end
+
+-- Placement. A node's capabilities and data addresses come from its last
+-- full report (obs); a node that never reported has none.
+local PLACE = {} -- node -> {caps = set, addr = set} or false (no report)
+local function placement_of(node)
+  local p = PLACE[node]
+  if p == nil then
+    p = false
+    local raw = redis.call('HGET', P .. 'obs', node)
+    if raw then
+      local ok, rep = pcall(cjson.decode, raw)
+      if ok and type(rep) == 'table' then
+        p = { caps = {}, addr = {} }
+        if type(rep.capabilities) == 'table' then
+          for _, c in ipairs(rep.capabilities) do
+            if type(c) == 'string' then
+              p.caps[c] = true
+            end
+          end
+        end
+        if type(rep.data_addresses) == 'table' then
+          for k, v in pairs(rep.data_addresses) do
+            if type(k) == 'string' and type(v) == 'string' and v ~= '' then
+              p.addr[k] = true
+            end
+          end
+        end
+      end
+    end
+    PLACE[node] = p
+  end
+  return p
+end
+
+-- placeable reports whether node advertises every requirement: a
+-- capability, or "address:<name>" for a data address.
+local function placeable(node, reqs)
+  if #reqs == 0 then
+    return true
+  end
+  local p = placement_of(node)
+  if not p then
+    return false
+  end
+  for _, r in ipairs(reqs) do
+    local name = string.match(r, '^address:(.*)$')
+    if name then
+      if not p.addr[name] then
+        return false
+      end
+    elseif not p.caps[r] then
+      return false
+    end
+  end
+  return true
+end
+
+-- requires_of returns an item's requirements (stored newline-separated).
+local function requires_of(it, into, seen)
+  into, seen = into or {}, seen or {}
+  for r in string.gmatch(it.req or '', '[^\n]+') do
+    if not seen[r] then
+      seen[r] = true
+      into[#into + 1] = r
+    end
+  end
+  return into, seen
+end
+
+-- lane_wave starts the next wave of a lane of active rollout rid (record r)
+-- when the lane has nothing in flight and something pending: the first
+-- max_concurrent pending items in dispatch order whose window is open. A
+-- split group leaves pending as a whole (its pending items count together
+-- against max_concurrent; one larger than max_concurrent runs alone in its
+-- wave) or waits; an item or group whose nodes do not advertise its
+-- requirements is blocked (placement_rejected) before any attempt exists.
+-- The scan is decided first and applied after, so a caller without window
+-- states (next_wave) changes nothing when it meets a windowed item.
+-- Returns -1 when the failure threshold halted the rollout, else the number
+-- of items dispatched.
+local function lane_wave(rid, r, lane)
+  local rk = k_r(rid)
+  local lp, lf = k_lp(rid, lane), k_lf(rid, lane)
+  if redis.call('SCARD', lf) ~= 0 or redis.call('ZCARD', lp) == 0 then
+    return 0
+  end
+  -- the threshold counts failures since the last resume
+  local thr = num(r.failure_threshold_percent)
+  local failed = num(r.c_failed) - num(r.thr_failed0)
+  local base = num(r.c_total) - num(r.thr_total0)
+  if thr > 0 and failed * 100 > thr * base then
+    redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', int(NOW))
+    redis.call('ZREM', P .. 'active', rid)
+    outbox_rollout(rid, 'blocked', 'failure_threshold')
+    event('halted', rid, 'failure_threshold')
+    return -1
+  end
+  local mc = num(r.max_concurrent)
+  if mc < 1 then
+    mc = 1
+  end
+  local plan = {} -- {'run', items} | {'wait', items, reason, ats} | {'reject', items}
+  local started, peeked = 0, 0
+  local groups = {}
+  -- read the pending ids in chunks: a wave rarely looks beyond 2*mc items,
+  -- and reading up to WV.limit ids at once costs more than the wave itself
+  local chunk = math.min(WV.limit, 2 * mc + 64)
+  local ids = redis.call('ZRANGE', lp, 0, chunk - 1)
+  local read, healed, i = #ids, 0, 0
+  while true do
+    i = i + 1
+    local id = ids[i]
+    if not id then
+      if #ids < chunk or read >= WV.limit then
+        break
+      end
+      -- healing removed entries before the cursor only
+      local off = read - healed
+      ids = redis.call('ZRANGE', lp, off, off + math.min(chunk, WV.limit - read) - 1)
+      read, i = read + #ids, 1
+      id = ids[1]
+      if not id then
+        break
+      end
+    end
+    -- an item this wave cannot start any more needs only what decides
+    -- its reason
+    local it = load_item(id, started < mc and ITEM_F or ITEM_SCAN_F)
+    local unit = nil
+    if it.status ~= 'pending' then
+      lp_rem(rid, lane, id) -- not pending any more: heal
+      healed = healed + 1
+    elseif (it.grp or '') == '' then
+      unit = { it }
+    elseif not groups[it.grp] then
+      groups[it.grp] = true
+      unit = {}
+      local reqs, seen = {}, {}
+      for _, mid in ipairs(redis.call('LRANGE', k_g(rid, it.grp), 0, -1)) do
+        local m = load_item(mid)
+        requires_of(m, reqs, seen)
+        if m.status == 'pending' then
+          unit[#unit + 1] = m
+        end
+      end
+      unit.reqs = reqs
+    end
+    if unit and #unit > 0 then
+      local closed, ats = false, {}
+      for i, m in ipairs(unit) do
+        local at = closed_until(m)
+        if at == false then
+          return 0 -- window state unknown here: the next Step decides
+        end
+        ats[i] = at
+        if at ~= nil then
+          closed = true
+        end
+      end
+      local k = #unit
+      if closed then
+        for i = 1, k do
+          ats[i] = ats[i] or 0
+        end
+        plan[#plan + 1] = { 'wait', unit, 'maintenance_window', ats }
+      elseif started + k <= mc or (started == 0 and k > mc) then
+        local reqs = unit.reqs or requires_of(unit[1])
+        local ok = true
+        for _, m in ipairs(unit) do
+          if not placeable(m.node, reqs) then
+            ok = false
+            break
+          end
+        end
+        if ok then
+          plan[#plan + 1] = { 'run', unit }
+          started = started + k
+        else
+          plan[#plan + 1] = { 'reject', unit }
+        end
+      else
+        -- next in line: waits for this wave of its lane
+        plan[#plan + 1] = { 'wait', unit, 'lane_full', {} }
+        peeked = peeked + k
+        if peeked >= mc then
+          break
+        end
+      end
+    end
+  end
+  local wave = num(redis.call('HGET', k_lanes(rid), lane)) + 1
+  for _, p in ipairs(plan) do
+    for i, m in ipairs(p[2]) do
+      if p[1] == 'run' then
+        dispatch(m, wave)
+      elseif p[1] == 'wait' then
+        set_reason(m, p[3], p[4][i] or 0)
+      end
+    end
+  end
+  dispatched()
+  for _, p in ipairs(plan) do
+    if p[1] == 'reject' then
+      for _, m in ipairs(p[2]) do
+        WV.completed = WV.completed + finish(m, 'blocked', 'placement_rejected')
+        WV.touched = WV.touched + 1
+        event('placement_rejected', rid, m.id)
+      end
+    end
+  end
+  if started > 0 then
+    redis.call('HSET', k_lanes(rid), lane, int(wave))
+    local top = num(redis.call('HGET', rk, 'wave'))
+    if wave > top then
+      top = wave
+    end
+    redis.call('HSET', rk, 'wave', int(top), 'reason', '', 'updated_at', int(NOW))
+    event('wave', rid, lane .. '#' .. int(wave))
+  end
+  return started
+end
