@@ -40,6 +40,15 @@ type OutboxEvent struct {
 	At         time.Time
 }
 
+// OutboxLen returns the number of undelivered outbox events (O(1)).
+func (e *Engine) OutboxLen(ctx context.Context) (int64, error) {
+	n, err := e.rdb.XLen(ctx, e.key("outbox")).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("outbox length: %w", err)
+	}
+	return n, nil
+}
+
 // ReadOutbox returns up to n (at least 1) undelivered outbox events,
 // oldest first. An event stays undelivered until AckOutbox acknowledges
 // it: reading twice without acknowledging returns the same events again,

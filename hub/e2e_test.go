@@ -3,9 +3,12 @@ package hub_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +132,19 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			if strings.Contains(doc, "node: n1\n    version") || strings.Contains(doc, "command:") {
 				t.Fatalf("status leaks payloads:\n%s", doc)
 			}
+			// Every transition recorded for Git was delivered and acknowledged.
+			waitUntil(t, "the outbox is delivered", func() bool {
+				n, err := f.hub.Engine().OutboxLen(context.Background())
+				return err == nil && n == 0
+			})
+			metrics := httpGet(t, "http://"+f.hub.Addr()+"/metrics")
+			readsBefore := metricValue(t, metrics, "fleetwave_status_rollout_reads_total")
+			for _, want := range []string{`fleetwave_lane_items{lane="web",state="in_flight"} 0`, `fleetwave_lane_items{lane="web",state="pending"} 0`,
+				"fleetwave_outbox_events 0", `fleetwave_items{bucket="done"} 3`, "fleetwave_status_rollout_reads_total "} {
+				if !strings.Contains(metrics, want) {
+					t.Fatalf("/metrics lacks %s", want)
+				}
+			}
 			// The console, in a real browser, shows the same counters.
 			if b.name == "real redis-server" {
 				dom := browser.DumpDOM(t, "http://"+f.hub.Addr()+"/", 3*time.Second)
@@ -155,6 +171,10 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			})
 			if !strings.Contains(summary, "nodes/n4.cue:3:") {
 				t.Fatalf("summary does not point at the bad line:\n%s", summary)
+			}
+			// That status write did not read the finished rollout's items again.
+			if reads := metricValue(t, httpGet(t, "http://"+f.hub.Addr()+"/metrics"), "fleetwave_status_rollout_reads_total"); reads != readsBefore {
+				t.Fatalf("status writes read rollouts %v times after web-g1 finished (cached), want %v", reads, readsBefore)
 			}
 			if snap := f.hub.Snapshot(); snap.Commit != good || snap.Generation("trigger/web") != 1 {
 				t.Fatalf("snapshot in force = %s gen %d, want the last good %s gen 1", snap.Commit, snap.Generation("trigger/web"), good)
@@ -392,4 +412,34 @@ func checkPlan(t *testing.T, remote string) {
 	if err != nil || !same.NoChanges() {
 		t.Fatalf("plan HEAD..HEAD = %+v (%v), want no changes", same, err)
 	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// metricValue returns the value of an unlabelled series in a /metrics page.
+func metricValue(t *testing.T, page, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
 }

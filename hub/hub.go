@@ -56,6 +56,11 @@ type Hub struct {
 	syncGen    int64  // bumped when sync changes, so status is rewritten
 	lastSeen   string // newest commit looked at (applied or rejected)
 	statusMark string // engine version + sync generation last written
+	// rolloutDocs caches status/rollouts/<id>.yaml of finished rollouts:
+	// a status write re-reads the items of active rollouts and of those
+	// the outbox names, not of every rollout ever (statusStep's goroutine
+	// only).
+	rolloutDocs map[string][]byte
 	holds      []reconciler.Problem
 	problems   []reconciler.Problem
 	nextFire   map[string]time.Time

@@ -19,6 +19,9 @@ type metrics struct {
 	rejectedCommits prometheus.Counter
 	statusCommits   prometheus.Counter
 	itemsCreated    prometheus.Counter
+	// statusRolloutReads counts rollouts whose items a status write read
+	// (finished rollouts are cached).
+	statusRolloutReads prometheus.Counter
 }
 
 func newMetrics(h *Hub) *metrics {
@@ -34,19 +37,29 @@ func newMetrics(h *Hub) *metrics {
 		rejectedCommits: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_commits_rejected_total", Help: "Commits rejected as invalid."}),
 		statusCommits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_status_commits_total", Help: "Status commits pushed."}),
 		itemsCreated:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_items_created_total", Help: "Items handed to the engine."}),
+		statusRolloutReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_status_rollout_reads_total",
+			Help: "Rollouts whose items a status write read (finished rollouts are cached until the outbox names them)."}),
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncSeconds, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
-		&itemsCollector{h: h})
+		m.statusRolloutReads, &itemsCollector{h: h})
 	return m
 }
 
 // itemsCollector reads the engine's O(1) counters at scrape time.
 type itemsCollector struct{ h *Hub }
 
-var itemsDesc = prometheus.NewDesc("fleetwave_items", "Items by dashboard bucket (done, in_progress, pending, failed, skipped, total).", []string{"bucket"}, nil)
+var (
+	itemsDesc = prometheus.NewDesc("fleetwave_items", "Items by dashboard bucket (done, in_progress, pending, failed, skipped, total).", []string{"bucket"}, nil)
+	laneDesc  = prometheus.NewDesc("fleetwave_lane_items", "Queue depth per lane (owner): items pending and in flight.", []string{"lane", "state"}, nil)
+	outboxLen = prometheus.NewDesc("fleetwave_outbox_events", "Transitions recorded for Git status and not yet delivered.", nil, nil)
+)
 
-func (c *itemsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- itemsDesc }
+func (c *itemsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- itemsDesc
+	ch <- laneDesc
+	ch <- outboxLen
+}
 
 func (c *itemsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -58,5 +71,14 @@ func (c *itemsCollector) Collect(ch chan<- prometheus.Metric) {
 	for bucket, v := range map[string]int64{"total": cnt.Total, "done": cnt.Done, "in_progress": cnt.InProgress,
 		"pending": cnt.Pending, "failed": cnt.Failed, "skipped": cnt.Skipped} {
 		ch <- prometheus.MustNewConstMetric(itemsDesc, prometheus.GaugeValue, float64(v), bucket)
+	}
+	if lanes, err := c.h.eng.LaneDepths(ctx); err == nil {
+		for lane, d := range lanes {
+			ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.Pending), lane, "pending")
+			ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.InFlight), lane, "in_flight")
+		}
+	}
+	if n, err := c.h.eng.OutboxLen(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(outboxLen, prometheus.GaugeValue, float64(n))
 	}
 }

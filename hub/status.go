@@ -37,7 +37,18 @@ func (h *Hub) statusStep(ctx context.Context) {
 	if unchanged {
 		return
 	}
-	files, subject, rollout, generation, err := h.statusFiles(ctx)
+	// The outbox names the rollouts whose items changed since the last
+	// write; they are acknowledged once the commit carrying them landed.
+	events, err := h.eng.ReadOutbox(ctx, maxOutboxBatch)
+	if err != nil {
+		h.log.Warn().Err(err).Msg("read outbox")
+		return
+	}
+	changed := map[string]bool{}
+	for _, ev := range events {
+		changed[ev.Rollout] = true
+	}
+	files, subject, rollout, generation, err := h.statusFiles(ctx, changed)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -70,6 +81,19 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
 	}
+	if len(events) > 0 {
+		ids := make([]string, len(events))
+		for i, ev := range events {
+			ids[i] = ev.ID
+		}
+		if _, err := h.eng.AckOutbox(ctx, fence, ids...); err != nil {
+			h.log.Warn().Err(err).Int("events", len(ids)).Msg("acknowledge outbox; delivered again next time")
+			return
+		}
+		if len(events) == maxOutboxBatch {
+			h.kick(h.statusNow) // more are waiting
+		}
+	}
 	h.mu.Lock()
 	h.statusMark = mark
 	h.mu.Unlock()
@@ -78,9 +102,14 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 }
 
+// maxOutboxBatch bounds the outbox events one status write delivers.
+const maxOutboxBatch = 10_000
+
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
 // status/nodes/<id>.yaml. It never includes rendered configs or payloads.
-func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject, rolloutID, generation string, err error) {
+// The document of a finished rollout is rebuilt only when it is not cached
+// or the outbox names it (changed).
+func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files map[string][]byte, subject, rolloutID, generation string, err error) {
 	counters, err := h.eng.Counters(ctx)
 	if err != nil {
 		return nil, "", "", "", err
@@ -116,13 +145,23 @@ func (h *Hub) statusFiles(ctx context.Context) (files map[string][]byte, subject
 		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
 			newest = &rollouts[i]
 		}
-		_, items, err := h.eng.Rollout(ctx, r.ID)
-		if err != nil {
-			return nil, "", "", "", fmt.Errorf("rollout %s: %w", r.ID, err)
-		}
-		doc, err := rolloutStatus(r, items)
-		if err != nil {
-			return nil, "", "", "", err
+		finished := r.Status == fleetwave.RolloutCompleted || r.Status == fleetwave.RolloutCancelled
+		doc, cached := h.rolloutDocs[r.ID]
+		if !cached || !finished || changed[r.ID] {
+			_, items, err := h.eng.Rollout(ctx, r.ID)
+			if err != nil {
+				return nil, "", "", "", fmt.Errorf("rollout %s: %w", r.ID, err)
+			}
+			if doc, err = rolloutStatus(r, items); err != nil {
+				return nil, "", "", "", err
+			}
+			h.metrics.statusRolloutReads.Inc()
+			if finished {
+				if h.rolloutDocs == nil {
+					h.rolloutDocs = map[string][]byte{}
+				}
+				h.rolloutDocs[r.ID] = doc
+			}
 		}
 		files["status/rollouts/"+r.ID+".yaml"] = doc
 	}
