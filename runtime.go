@@ -160,6 +160,10 @@ type AttemptPayload struct {
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
 	Config         string `json:"config,omitempty"` // rendered block config (YAML)
 	OneShot        bool   `json:"one_shot,omitempty"`
+	// Operational actions (backup, restart, ...) leave the instance as it
+	// is: the agent records the attempt but keeps the instance's version,
+	// config hash, state, owner and generation (and creates no instance).
+	Operational bool `json:"operational,omitempty"`
 }
 
 // RolloutSource records what created a rollout.

@@ -323,9 +323,14 @@ func (a *agent) handle(ctx context.Context, att fleetwave.Attempt) {
 // success) and returns it as observed; the caller holds a.mu.
 func (a *agent) applyInstance(att fleetwave.Attempt, success bool, now time.Time) (*fleetwave.InstanceStatus, bool) {
 	cur, exists := a.store.st.Instances[att.Block]
-	if !success {
+	if !success || att.Payload.Operational {
 		if !exists {
 			return nil, false
+		}
+		if success { // an operational action ran on it: nothing else changes
+			cur.LastAttempt, cur.UpdatedAt = att.ID, now
+			a.store.st.Instances[att.Block] = cur
+			return &cur, true
 		}
 		return &cur, false
 	}

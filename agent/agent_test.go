@@ -634,3 +634,34 @@ func TestTailBufferKeepsTheLastBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestOperationalAttemptLeavesTheInstanceAlone: a backup (operational) run
+// after an upgrade records the attempt but keeps the instance's version,
+// config hash, state, owner and generation; on a block with no instance it
+// creates none.
+func TestOperationalAttemptLeavesTheInstanceAlone(t *testing.T) {
+	h := newHarness(t)
+	stop := h.start(t)
+	defer stop()
+	h.hub.registration(t)
+	h.hub.enqueue(attempt("att-1", 7, "true"))
+	if res := h.hub.result(t); res.Instance == nil || res.Instance.Generation != 4 {
+		t.Fatalf("upgrade result = %+v", res)
+	}
+	backup := attempt("att-2", 7, "echo backup > backup.txt")
+	backup.Action, backup.Generation, backup.TargetVersion, backup.ConfigHash, backup.DesiredState, backup.ManagedBy = "backup", 9, "", "", "", ""
+	backup.Payload.Operational = true
+	h.hub.enqueue(backup)
+	res := h.hub.result(t)
+	in := res.Instance
+	if res.Class != fleetwave.ResultSuccess || in == nil || in.Version != "2.1.0" || in.ConfigHash != "c0ffee" ||
+		in.Generation != 4 || in.State != fleetwave.StateRunning || in.ManagedBy != "web-upgrade" || in.LastAttempt != "att-2" {
+		t.Fatalf("after the backup: %+v %+v, want the upgrade's instance with last_attempt att-2", res, in)
+	}
+	other := attempt("att-3", 7, "true")
+	other.Block, other.Payload.Operational = "db", true
+	h.hub.enqueue(other)
+	if res := h.hub.result(t); res.Class != fleetwave.ResultSuccess || res.Instance != nil {
+		t.Fatalf("an operational action on a block without an instance: %+v", res)
+	}
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // itemFields is the number of script arguments per item of CreateRollout.
-const itemFields = 17
+const itemFields = 18
 
 // CreateRollout records a rollout and its items in one atomic script, under
 // fence. Items are dispatched in the order given (the caller sorts them by
@@ -30,6 +30,11 @@ const itemFields = 17
 //   - a spec with a BlockReason is created as blocked (never dispatched)
 //     unless the instance's last item was already blocked at the same
 //     generation and config hash;
+//   - an operational spec (Payload.Operational: backup, restart, ...) is
+//     created only when the instance has no active item; it supersedes
+//     nothing, a converging spec waits for it, and its outcome is not
+//     recorded on the instance (the health gate and a report's resolution
+//     of an ambiguous item do not apply to it either);
 //   - the specs of one split group (ItemSpec.Group, within the rollout) are
 //     created all or none: when one of them is skipped by the rules above,
 //     all are (a spec with a SkipReason is recorded but takes no part in
@@ -81,7 +86,7 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 		itemArgs = append(itemArgs, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
 			it.ConfigHash, string(it.DesiredState), it.ManagedBy, string(it.Criticality),
 			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, reason,
-			it.Group, strings.Join(it.Requires, "\n"), blocked)
+			it.Group, strings.Join(it.Requires, "\n"), blocked, flag(it.Payload.Operational))
 	}
 	args := make([]any, 0, 10+2*len(sets)+len(itemArgs))
 	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,

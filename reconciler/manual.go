@@ -163,6 +163,7 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		if operational || action == fleetwave.ActionTakeover {
 			leaveInstance(&item)
 		}
+		item.Payload.Operational = operational
 		switch {
 		case operational && observed == nil:
 			item.SkipReason, item.Payload = ReasonNotInstalled, fleetwave.AttemptPayload{}

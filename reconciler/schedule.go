@@ -172,6 +172,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		// config hash, state and owner as they are: the agent keeps every
 		// field the item leaves empty.
 		item.TargetVersion = ""
+		item.Payload.Operational = true
 		if observed.ManagedBy != "" && observed.ManagedBy != fleetwave.ManagedByCLI {
 			item.ManagedBy = observed.ManagedBy
 		}

@@ -30,7 +30,8 @@ end
 close_attempt(aid, node, a[4], 'done', class, 'exit_code', ARGV[8])
 local done = 0
 local igen = tonumber(ARGV[14]) or -1
-if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent' then
+if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent'
+    and it.op ~= '1' then
   set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success')
   redis.call('SADD', P .. 'amb:' .. node, it.id)
 elseif class == 'success' then

@@ -2,20 +2,23 @@
 -- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
 -- [10] source user, [11] item count, [12] observed_at ms (0 = unknown),
 -- [13] window set count k, then k pairs (window set id, definition json),
--- then 17 fields per item:
+-- then 18 fields per item:
 -- node, block, action, generation, target_version, config_hash,
 -- desired_state, managed_by, criticality, one_shot, timeout_ms, payload,
 -- window set id ('' = always open), skip reason ('' = none), split group
 -- ('' = none), requirements (newline-separated), block message ('' =
 -- none; otherwise the item is created blocked with the skip reason field
--- as its reason, e.g. invalid_config, and is never dispatched).
+-- as its reason, e.g. invalid_config, and is never dispatched), operational
+-- ('1': a backup, restart... that leaves the instance as it is: created
+-- only when the instance has no active item, never superseding one, and
+-- its outcome is not recorded on the instance).
 -- A split group is created whole or not at all: when one of its (not
 -- skipped) specs would not be created, none of them is.
 -- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
 if not check_fence() then
   return { 'stale_fence' }
 end
-local NF = 17
+local NF = 18
 local n = tonumber(ARGV[11])
 local observed_at = tonumber(ARGV[12]) or 0
 local nws = tonumber(ARGV[13])
@@ -59,7 +62,19 @@ end
 -- decide says whether a spec is created, and which pending item of an
 -- older generation it supersedes, or whether the instance's active pointer
 -- dangles (heal). It changes nothing.
-local function decide(inst, gen, hash, skip)
+local function decide(inst, gen, hash, skip, op)
+  if op and skip == '' then
+    -- operational: only on a free instance; it supersedes nothing and no
+    -- converging bookkeeping (last_*) applies to it
+    if inst.active then
+      local cur = hgetall(k_i(inst.active))
+      if not cur.status or not ACTIVE[cur.status] then
+        return true, nil, true
+      end
+      return false
+    end
+    return true
+  end
   if skip ~= '' then
     -- a skipped item never occupies the instance; the same skip of the
     -- same generation and config is recorded once
@@ -82,6 +97,8 @@ local function decide(inst, gen, hash, skip)
     local cur = hgetall(k_i(inst.active))
     if not cur.status or not ACTIVE[cur.status] then
       return true, nil, true -- dangling pointer: heal
+    elseif cur.op == '1' then
+      return false -- a backup or restart runs first; the next plan decides
     elseif num(cur.generation) >= gen then
       return false -- already covered
     elseif cur.status == 'pending' then
@@ -132,7 +149,7 @@ for i = 0, n - 1 do
   local ik = k_inst(node, block)
   local create, sup, heal = false, nil, false
   if not veto[grp] then
-    create, sup, heal = decide(hgetall(ik), gen, hash, skip)
+    create, sup, heal = decide(hgetall(ik), gen, hash, skip, ARGV[b + 18] == '1')
   end
   if heal then
     redis.call('HDEL', ik, 'active')
@@ -156,7 +173,7 @@ for i = 0, n - 1 do
     redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
       'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
       'target_version', ARGV[b + 5], 'config_hash', hash, 'desired_state', ARGV[b + 7],
-      'managed_by', lane, 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10],
+      'managed_by', lane, 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10], 'op', ARGV[b + 18],
       'timeout_ms', ARGV[b + 11], 'wset', ARGV[b + 13], 'grp', grp, 'req', ARGV[b + 16],
       'status', status, 'reason', reason,
       'source', ARGV[9], 'source_user', ARGV[10], 'wave', '0', 'retry_count', '0',

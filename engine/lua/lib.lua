@@ -176,10 +176,10 @@ end
 -- most transitions need a third of them).
 local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'target_version',
   'config_hash', 'desired_state', 'managed_by', 'one_shot', 'timeout_ms', 'wset', 'grp', 'req',
-  'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt' }
+  'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt', 'op' }
 -- what a result needs (complete.lua: finish, transient, set_status)
 local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
-  'managed_by', 'status', 'retry_count', 'last_attempt' }
+  'managed_by', 'status', 'retry_count', 'last_attempt', 'op' }
 -- what a wave scan needs of an item it will not dispatch
 local ITEM_SCAN_F = { 'status', 'reason', 'retry_after', 'wset', 'grp' }
 
@@ -253,8 +253,17 @@ local function finish(it, status, reason, ...)
   if redis.call('HGET', ik, 'active') == it.id then
     redis.call('HDEL', ik, 'active')
   end
-  redis.call('HSET', ik, 'last_item', it.id, 'last_status', status,
-    'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW))
+  local op = it.op
+  if op == nil then
+    op = redis.call('HGET', k_i(it.id), 'op')
+  end
+  if op ~= '1' then
+    -- an operational item (backup, restart) leaves the instance's record
+    -- alone: the last converging item's outcome still decides what the
+    -- reconciler may re-create
+    redis.call('HSET', ik, 'last_item', it.id, 'last_status', status,
+      'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW))
+  end
   return maybe_complete(it.rollout)
 end
 

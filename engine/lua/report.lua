@@ -47,7 +47,9 @@ for _, id in ipairs(amb) do
     if sent > disp then
       local inst = seen[it.block]
       local done
-      if it.desired_state == 'absent' then
+      if it.op == '1' then
+        done = false -- an operational action leaves no trace in a report
+      elseif it.desired_state == 'absent' then
         done = inst == nil or inst.state == 'absent'
       else
         done = inst ~= nil and inst.gen >= num(it.generation)
