@@ -163,6 +163,10 @@ type Window struct {
 	DurationText string        `json:"duration"`
 	Duration     time.Duration `json:"-"`
 	Timezone     string        `json:"timezone,omitempty"`
+	// Required is set on the window a trigger names (maintenance_window):
+	// it must be open, and narrows the node's windows (one of which must be
+	// open too) instead of adding to them. Not part of the config files.
+	Required bool `json:"required,omitempty"`
 }
 
 // Config is the kind:config BRC (fleetwave.cue): global defaults.

@@ -28,6 +28,7 @@ type windowDef struct {
 	Cron       string `json:"cron"`
 	DurationMS int64  `json:"duration_ms"`
 	Timezone   string `json:"tz,omitempty"`
+	Required   bool   `json:"req,omitempty"`
 }
 
 // windowSet is the parsed form of a stored window set.
@@ -36,9 +37,10 @@ type windowSet struct {
 }
 
 type parsedWindow struct {
-	sched cron.Schedule
-	dur   time.Duration
-	loc   *time.Location
+	sched    cron.Schedule
+	dur      time.Duration
+	loc      *time.Location
+	required bool
 }
 
 // windowSetOf returns the id and stored definition of the window set of an
@@ -60,7 +62,7 @@ func windowSetOf(it fleetwave.ItemSpec) (id, def string, err error) {
 		if d <= 0 {
 			return "", "", fmt.Errorf("window %q: duration must be positive: %w", w.Name, ErrInvalidWindow)
 		}
-		wd := windowDef{Cron: w.Cron, DurationMS: d.Milliseconds(), Timezone: w.Timezone}
+		wd := windowDef{Cron: w.Cron, DurationMS: d.Milliseconds(), Timezone: w.Timezone, Required: w.Required}
 		if _, err := parseWindow(wd); err != nil {
 			return "", "", fmt.Errorf("window %q: %w", w.Name, err)
 		}
@@ -74,7 +76,10 @@ func windowSetOf(it fleetwave.ItemSpec) (id, def string, err error) {
 		if a.DurationMS != b.DurationMS {
 			return a.DurationMS < b.DurationMS
 		}
-		return a.Timezone < b.Timezone
+		if a.Timezone != b.Timezone {
+			return a.Timezone < b.Timezone
+		}
+		return !a.Required && b.Required
 	})
 	raw, err := json.Marshal(defs)
 	if err != nil {
@@ -95,7 +100,7 @@ func parseWindow(wd windowDef) (parsedWindow, error) {
 			return parsedWindow{}, fmt.Errorf("time zone %q: %v: %w", wd.Timezone, err, ErrInvalidWindow)
 		}
 	}
-	return parsedWindow{sched: s, dur: time.Duration(wd.DurationMS) * time.Millisecond, loc: loc}, nil
+	return parsedWindow{sched: s, dur: time.Duration(wd.DurationMS) * time.Millisecond, loc: loc, required: wd.Required}, nil
 }
 
 func parseWindowSet(def string) (*windowSet, error) {
@@ -114,24 +119,63 @@ func parseWindowSet(def string) (*windowSet, error) {
 	return ws, nil
 }
 
-// state reports whether one of the set's windows is open at now, and else
-// when the next one opens (zero when none opens within cron's horizon).
-// A window opens at each tick T and is open during [T, T+duration): it is
-// open at now when the first tick after now-duration is not after now.
-func (ws *windowSet) state(now time.Time) (open bool, next time.Time) {
+// open reports whether window w is open at t: a window opens at each tick T
+// and is open during [T, T+duration), so it is open at t when the first
+// tick after t-duration is not after t.
+func (w parsedWindow) open(t time.Time) bool {
+	tick := w.sched.Next(t.Add(-w.dur).In(w.loc))
+	return !tick.IsZero() && !tick.After(t)
+}
+
+// openAt reports whether the set lets an item run at t: every required
+// window (a trigger's) is open, and one of the others is when there are
+// any.
+func (ws *windowSet) openAt(t time.Time) bool {
+	anyOpen, optional := false, false
 	for _, w := range ws.windows {
-		t := w.sched.Next(now.Add(-w.dur).In(w.loc))
-		if t.IsZero() {
-			continue
-		}
-		if !t.After(now) {
-			return true, time.Time{}
-		}
-		if next.IsZero() || t.Before(next) {
-			next = t
+		switch {
+		case w.required:
+			if !w.open(t) {
+				return false
+			}
+		default:
+			optional = true
+			anyOpen = anyOpen || w.open(t)
 		}
 	}
-	return false, next
+	return anyOpen || !optional
+}
+
+// maxWindowSearch bounds the ticks state walks to find the next opening of
+// a set whose windows must overlap (about a year of daily windows).
+const maxWindowSearch = 512
+
+// state reports whether the set lets an item run at now, and else when it
+// next does (zero when not found within cron's horizon or maxWindowSearch
+// ticks). The set can only become open when one of its windows opens, so
+// the candidates are the windows' next ticks, in order.
+func (ws *windowSet) state(now time.Time) (open bool, next time.Time) {
+	if ws.openAt(now) {
+		return true, time.Time{}
+	}
+	t := now
+	for range maxWindowSearch {
+		var soonest time.Time
+		for _, w := range ws.windows {
+			tick := w.sched.Next(t.In(w.loc))
+			if !tick.IsZero() && (soonest.IsZero() || tick.Before(soonest)) {
+				soonest = tick
+			}
+		}
+		if soonest.IsZero() {
+			return false, time.Time{}
+		}
+		if ws.openAt(soonest) {
+			return false, soonest
+		}
+		t = soonest
+	}
+	return false, time.Time{}
 }
 
 // windowArgs reads the stored window sets and returns, for each, its id,

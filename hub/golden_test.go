@@ -459,8 +459,15 @@ func writeRollout(t *testing.T, b *strings.Builder, spec fleetwave.RolloutSpec, 
 		case len(it.Windows) == 0:
 		case open:
 			f = append(f, "window=open")
+		case next.IsZero():
+			add("waits_until", "never") // the windows never overlap within the search horizon
 		default:
 			add("waits_until", next.UTC().Format(time.RFC3339))
+		}
+		for _, w := range it.Windows {
+			if w.Required {
+				add("trigger_window", w.Name)
+			}
 		}
 		add("group", it.Group)
 		add("requires", strings.Join(it.Requires, ","))

@@ -357,6 +357,7 @@ func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now 
 						names = append(names, w.Name)
 					}
 					pi.Windows = strings.Join(names, ",")
+					pi.WaitsUntil = "never (the windows do not overlap)"
 					if !next.IsZero() {
 						pi.WaitsUntil = next.UTC().Format(time.RFC3339)
 					}

@@ -10,7 +10,7 @@ import (
 // under trigger t (t may be nil): the node's own windows, else its
 // workspace's, else its organization's (the most specific level that names
 // any wins), plus the trigger's maintenance_window. Sorted, without
-// duplicates.
+// duplicates. (Windows tells which one is the trigger's: it narrows.)
 func WindowNames(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger) []string {
 	var names []string
 	switch {
@@ -37,9 +37,12 @@ func WindowNames(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigg
 }
 
 // Windows resolves WindowNames against the config's maintenance_windows and
-// sets each Window's Name. unknown is the first name that does not resolve
-// ("" when all do): the caller must not plan the instance (fail closed: an
-// unknown window must not mean "always open").
+// sets each Window's Name. The trigger's maintenance_window is Required: an
+// item runs when it is open AND one of the node's windows is (when the node
+// has any), so a trigger's window narrows a node's windows, never widens
+// them. unknown is the first name that does not resolve ("" when all do):
+// the caller must not plan the instance (fail closed: an unknown window
+// must not mean "always open").
 func Windows(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger) (ws []fleetwave.Window, unknown string) {
 	names := WindowNames(snap, n, t)
 	if len(names) == 0 {
@@ -52,6 +55,7 @@ func Windows(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger) 
 			return nil, name
 		}
 		w.Name = name
+		w.Required = t != nil && name == t.MaintenanceWindow
 		ws = append(ws, w)
 	}
 	return ws, ""
