@@ -61,9 +61,9 @@ type Hub struct {
 	// the outbox names, not of every rollout ever (statusStep's goroutine
 	// only).
 	rolloutDocs map[string][]byte
-	holds      []reconciler.Problem
-	problems   []reconciler.Problem
-	nextFire   map[string]time.Time
+	holds       []reconciler.Problem
+	problems    []reconciler.Problem
+	nextFire    map[string]time.Time
 }
 
 // Option configures a Hub.
