@@ -181,7 +181,8 @@ func sum(c fleetwave.Counters) int64 { return c.Done + c.InProgress + c.Pending 
 // statuses; a rollout never has more than max_concurrent items in flight;
 // at most one active item per block instance, and it is the one the
 // instance points to; every item is where its status says (no item lost);
-// LaneDepths matches the lanes' sets.
+// LaneDepths matches the lanes' sets; LaneCounters matches the items of
+// each lane.
 func (h *harness) check() {
 	h.t.Helper()
 	ctx := h.ctx
@@ -190,7 +191,8 @@ func (h *harness) check() {
 		h.t.Fatal(err)
 	}
 	var fleet fleetwave.Counters
-	depths := map[string]LaneDepth{} // from the lanes' sets
+	laneCount := map[string]fleetwave.Counters{} // from the items
+	depths := map[string]LaneDepth{}             // from the lanes' sets
 	active := map[fleetwave.InstanceKey]string{}
 	deadlines := h.zset("deadlines")
 	retry := h.zset("retry")
@@ -222,6 +224,9 @@ func (h *harness) check() {
 			recount.Add(it.Status, 1)
 			h.seen[it.Status] = true
 			fleet.Add(it.Status, 1)
+			lc := laneCount[it.ManagedBy]
+			lc.Add(it.Status, 1)
+			laneCount[it.ManagedBy] = lc
 			switch it.Status {
 			case fleetwave.ItemInProgress, fleetwave.ItemRetrying, fleetwave.ItemAmbiguous:
 				inFlight[it.ManagedBy]++
@@ -276,6 +281,20 @@ func (h *harness) check() {
 	for lane, d := range depths {
 		if _, ok := got[lane]; !ok && d != (LaneDepth{}) {
 			h.t.Fatalf("lane %q missing from LaneDepths, its sets hold %+v", lane, d)
+		}
+	}
+	lanesGot, err := h.e.LaneCounters(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for lane, want := range laneCount {
+		if got := lanesGot[lane]; got != want {
+			h.t.Fatalf("lane %q counters %+v, items say %+v", lane, got, want)
+		}
+	}
+	for lane, got := range lanesGot {
+		if _, ok := laneCount[lane]; !ok && got.Total != 0 {
+			h.t.Fatalf("lane %q counters %+v, but no item is in it", lane, got)
 		}
 	}
 	c, err := h.e.Counters(ctx)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave"
 )
 
 // Kinds of OutboxEvent.
@@ -131,6 +133,43 @@ func (e *Engine) LaneDepths(ctx context.Context) (map[string]LaneDepth, error) {
 			d.InFlight = atoi(v)
 		}
 		out[lane] = d
+	}
+	return out, nil
+}
+
+// LaneCounters returns the item counters of every lane that ever held an
+// item, over every rollout (Total is the sum of the buckets, which the
+// scripts keep exact in the same step as every transition): one read of one
+// small hash.
+func (e *Engine) LaneCounters(ctx context.Context) (map[string]fleetwave.Counters, error) {
+	m, err := e.rdb.HGetAll(ctx, e.key("lanecount")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read lane counters: %w", err)
+	}
+	out := map[string]fleetwave.Counters{}
+	for k, v := range m {
+		bucket, lane, ok := strings.Cut(k, ":")
+		if !ok {
+			continue
+		}
+		c := out[lane]
+		n := atoi(v)
+		switch bucket {
+		case "done":
+			c.Done = n
+		case "in_progress":
+			c.InProgress = n
+		case "pending":
+			c.Pending = n
+		case "failed":
+			c.Failed = n
+		case "skipped":
+			c.Skipped = n
+		default:
+			continue
+		}
+		c.Total = c.Done + c.InProgress + c.Pending + c.Failed + c.Skipped
+		out[lane] = c
 	}
 	return out, nil
 }

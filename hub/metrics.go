@@ -52,12 +52,14 @@ type itemsCollector struct{ h *Hub }
 var (
 	itemsDesc = prometheus.NewDesc("fleetwave_items", "Items by dashboard bucket (done, in_progress, pending, failed, skipped, total).", []string{"bucket"}, nil)
 	laneDesc  = prometheus.NewDesc("fleetwave_lane_items", "Queue depth per lane (owner): items pending and in flight.", []string{"lane", "state"}, nil)
+	laneCount = prometheus.NewDesc("fleetwave_lane_counters", "Items per lane (owner) by dashboard bucket, over all rollouts.", []string{"lane", "bucket"}, nil)
 	outboxLen = prometheus.NewDesc("fleetwave_outbox_events", "Transitions recorded for Git status and not yet delivered.", nil, nil)
 )
 
 func (c *itemsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- itemsDesc
 	ch <- laneDesc
+	ch <- laneCount
 	ch <- outboxLen
 }
 
@@ -76,6 +78,14 @@ func (c *itemsCollector) Collect(ch chan<- prometheus.Metric) {
 		for lane, d := range lanes {
 			ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.Pending), lane, "pending")
 			ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.InFlight), lane, "in_flight")
+		}
+	}
+	if lanes, err := c.h.eng.LaneCounters(ctx); err == nil {
+		for lane, cnt := range lanes {
+			for bucket, v := range map[string]int64{"total": cnt.Total, "done": cnt.Done, "in_progress": cnt.InProgress,
+				"pending": cnt.Pending, "failed": cnt.Failed, "skipped": cnt.Skipped} {
+				ch <- prometheus.MustNewConstMetric(laneCount, prometheus.GaugeValue, float64(v), lane, bucket)
+			}
 		}
 	}
 	if n, err := c.h.eng.OutboxLen(ctx); err == nil {

@@ -189,8 +189,13 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 		}
 		syncDoc["errors"] = lines
 	}
+	lanes, err := h.eng.LaneCounters(ctx)
+	if err != nil {
+		return nil, "", "", "", err
+	}
 	summary := map[string]any{
 		"counters": counters,
+		"lanes":    lanes,
 		"sync":     syncDoc,
 		"rollouts": lines,
 	}

@@ -203,7 +203,7 @@ for i = 0, n - 1 do
     end
     redis.call('HINCRBY', k_r(rid), 'c_total', 1)
     redis.call('HINCRBY', KEYS[4], 'total', 1)
-    count(rid, status, 1)
+    count(rid, status, 1, lane)
     out[#out + 1] = id
     changed = true
   end

@@ -100,7 +100,11 @@ end
 
 local RSTAT = {} -- rollout id -> {status, c_pending, c_in_progress} as of the last flush
 
-local function count(rid, status, delta)
+-- per-lane counters ('<bucket>:<lane>' in hash 'lanecount'), summed like
+-- the others and written once per script
+local LCOUNT = {}
+
+local function count(rid, status, delta, lane)
   local b = BUCKET[status]
   local d = DELTA[rid]
   if not d then
@@ -109,6 +113,8 @@ local function count(rid, status, delta)
   end
   d[b] = (d[b] or 0) + delta
   FLEET[b] = (FLEET[b] or 0) + delta
+  local lf = b .. ':' .. (lane or '')
+  LCOUNT[lf] = (LCOUNT[lf] or 0) + delta
 end
 
 local function flush()
@@ -144,7 +150,12 @@ local function flush()
       redis.call('HINCRBY', P .. 'lanedepth', f, n)
     end
   end
-  DELTA, FLEET, LDELTA = {}, {}, {}
+  for f, n in pairs(LCOUNT) do
+    if n ~= 0 then
+      redis.call('HINCRBY', P .. 'lanecount', f, n)
+    end
+  end
+  DELTA, FLEET, LDELTA, LCOUNT = {}, {}, {}, {}
 end
 
 -- The outbox (stream 'outbox') records, in the same script as the change,
@@ -201,8 +212,8 @@ end
 -- extra field/value pairs of the item are written with it.
 local function set_status(it, new, reason, ...)
   if it.status ~= new then
-    count(it.rollout, it.status, -1)
-    count(it.rollout, new, 1)
+    count(it.rollout, it.status, -1, it.managed_by)
+    count(it.rollout, new, 1, it.managed_by)
     it.status = new
   end
   redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
