@@ -74,8 +74,16 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	reported, awaiting := splitReported(snap, obs)
 	plan := reconciler.PlanWith(reported, obs, observedAt, opts)
 	plan.Holds = append(plan.Holds, awaiting...)
+	h.mu.Lock()
+	known := map[reconciler.Problem]bool{}
+	for _, p := range h.problems {
+		known[p] = true
+	}
+	h.mu.Unlock()
 	for _, p := range plan.Problems {
-		h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance cannot run as written")
+		if !known[p] { // logged once, not at every reconcile
+			h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance cannot run as written")
+		}
 	}
 	actor := ""
 	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
