@@ -157,8 +157,14 @@ reconcile_interval: 200ms
 	}
 	t.Logf("failover after %v (lease ttl 1s)", time.Since(frozen).Round(10*time.Millisecond))
 
-	// Only a leader syncs and plans: the push of version 2 during the
-	// freeze becomes a rollout under hub-b.
+	// web-g1 finishes under hub-b (results start the next waves; hub-b's
+	// steps do the rest).
+	r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
+	if r.Counters.Done != n || r.Counters.Total != n {
+		t.Fatalf("web-g1 counters %+v, want %d done", r.Counters, n)
+	}
+	// Only a leader syncs and plans: a push during the freeze becomes a
+	// rollout under hub-b.
 	gittest.Push(t, remote, map[string]string{"brc/web.cue": strings.Replace(files["brc/web.cue"], `"1"`, `"2"`, 1)}, nil, "web 2")
 	r2, items2 := f.waitRollout(t, "web-g2", fleetwave.RolloutCompleted)
 	t.Logf("web-g2 completed %v after the freeze", time.Since(frozen).Round(10*time.Millisecond))
@@ -181,10 +187,6 @@ reconcile_interval: 200ms
 	}
 	if strings.Contains(logA.String(), "web-g2") {
 		t.Fatalf("hub-a acted on web-g2:\n%s", logA.String())
-	}
-	r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
-	if r.Counters.Done != n || r.Counters.Total != n {
-		t.Fatalf("web-g1 counters %+v, want %d done", r.Counters, n)
 	}
 	for _, it := range items {
 		if it.Attempts != 1 {
