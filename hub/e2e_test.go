@@ -174,7 +174,11 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			}
 			// That status write did not read the finished rollout's items again.
 			if reads := metricValue(t, httpGet(t, "http://"+f.hub.Addr()+"/metrics"), "fleetwave_status_rollout_reads_total"); reads != readsBefore {
-				t.Fatalf("status writes read rollouts %v times after web-g1 finished (cached), want %v", reads, readsBefore)
+				t.Fatalf("status writes read rollouts %v times after web-g1 finished, want %v", reads, readsBefore)
+			}
+			// ... and its committed document stayed as it was.
+			if doc, ok := gittest.ReadFile(t, remote, "status/rollouts/web-g1.yaml"); !ok || !strings.Contains(doc, "status: completed") || !strings.Contains(doc, "done: 3") {
+				t.Fatalf("status/rollouts/web-g1.yaml after a later status write (found %v):\n%s", ok, doc)
 			}
 			if snap := f.hub.Snapshot(); snap.Commit != good || snap.Generation("trigger/web") != 1 {
 				t.Fatalf("snapshot in force = %s gen %d, want the last good %s gen 1", snap.Commit, snap.Generation("trigger/web"), good)

@@ -56,14 +56,14 @@ type Hub struct {
 	syncGen    int64  // bumped when sync changes, so status is rewritten
 	lastSeen   string // newest commit looked at (applied or rejected)
 	statusMark string // engine version + sync generation last written
-	// rolloutDocs caches status/rollouts/<id>.yaml of finished rollouts:
-	// a status write re-reads the items of active rollouts and of those
-	// the outbox names, not of every rollout ever (statusStep's goroutine
-	// only).
-	rolloutDocs map[string][]byte
-	holds       []reconciler.Problem
-	problems    []reconciler.Problem
-	nextFire    map[string]time.Time
+	// rolloutsWritten holds the finished rollouts whose final document
+	// status/rollouts/<id>.yaml a landed status commit already holds: later
+	// status writes leave that file as it is (reading no item) unless the
+	// outbox names the rollout again (statusStep's goroutine only).
+	rolloutsWritten map[string]bool
+	holds           []reconciler.Problem
+	problems        []reconciler.Problem
+	nextFire        map[string]time.Time
 }
 
 // Option configures a Hub.

@@ -48,7 +48,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, ev := range events {
 		changed[ev.Rollout] = true
 	}
-	files, subject, rollout, generation, err := h.statusFiles(ctx, changed)
+	files, subject, rollout, generation, finished, err := h.statusFiles(ctx, changed)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -81,6 +81,12 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
 	}
+	if h.rolloutsWritten == nil {
+		h.rolloutsWritten = map[string]bool{}
+	}
+	for _, id := range finished {
+		h.rolloutsWritten[id] = true // a landed commit holds its final document
+	}
 	if len(events) > 0 {
 		ids := make([]string, len(events))
 		for i, ev := range events {
@@ -107,20 +113,21 @@ const maxOutboxBatch = 10_000
 
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
 // status/nodes/<id>.yaml. It never includes rendered configs or payloads.
-// The document of a finished rollout is rebuilt only when it is not cached
-// or the outbox names it (changed).
-func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files map[string][]byte, subject, rolloutID, generation string, err error) {
+// The document of a finished rollout is left out (the committed file stays)
+// once a landed commit holds its final state, unless the outbox names it
+// again (changed); finished lists the finished rollouts written this time.
+func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files map[string][]byte, subject, rolloutID, generation string, finished []string, err error) {
 	counters, err := h.eng.Counters(ctx)
 	if err != nil {
-		return nil, "", "", "", err
+		return nil, "", "", "", nil, err
 	}
 	rollouts, err := h.eng.Rollouts(ctx)
 	if err != nil {
-		return nil, "", "", "", err
+		return nil, "", "", "", nil, err
 	}
 	obs, err := h.eng.Observations(ctx)
 	if err != nil {
-		return nil, "", "", "", err
+		return nil, "", "", "", nil, err
 	}
 	h.mu.Lock()
 	snap, syncState := h.snapshot, h.sync
@@ -145,25 +152,23 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
 			newest = &rollouts[i]
 		}
-		finished := r.Status == fleetwave.RolloutCompleted || r.Status == fleetwave.RolloutCancelled
-		doc, cached := h.rolloutDocs[r.ID]
-		if !cached || !finished || changed[r.ID] {
-			_, items, err := h.eng.Rollout(ctx, r.ID)
-			if err != nil {
-				return nil, "", "", "", fmt.Errorf("rollout %s: %w", r.ID, err)
-			}
-			if doc, err = rolloutStatus(r, items); err != nil {
-				return nil, "", "", "", err
-			}
-			h.metrics.statusRolloutReads.Inc()
-			if finished {
-				if h.rolloutDocs == nil {
-					h.rolloutDocs = map[string][]byte{}
-				}
-				h.rolloutDocs[r.ID] = doc
-			}
+		done := r.Status == fleetwave.RolloutCompleted || r.Status == fleetwave.RolloutCancelled
+		if done && h.rolloutsWritten[r.ID] && !changed[r.ID] {
+			continue // its final document is committed: the file stays as it is
 		}
+		_, items, err := h.eng.Rollout(ctx, r.ID)
+		if err != nil {
+			return nil, "", "", "", nil, fmt.Errorf("rollout %s: %w", r.ID, err)
+		}
+		doc, err := rolloutStatus(r, items)
+		if err != nil {
+			return nil, "", "", "", nil, err
+		}
+		h.metrics.statusRolloutReads.Inc()
 		files["status/rollouts/"+r.ID+".yaml"] = doc
+		if done {
+			finished = append(finished, r.ID)
+		}
 	}
 	sort.Slice(lines, func(i, j int) bool { return lines[i].ID < lines[j].ID })
 	if newest != nil {
@@ -191,7 +196,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 	}
 	lanes, err := h.eng.LaneCounters(ctx)
 	if err != nil {
-		return nil, "", "", "", err
+		return nil, "", "", "", nil, err
 	}
 	summary := map[string]any{
 		"counters": counters,
@@ -233,7 +238,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 	}
 	doc, err := toYAML(summary)
 	if err != nil {
-		return nil, "", "", "", err
+		return nil, "", "", "", nil, err
 	}
 	files["status/summary.yaml"] = doc
 
@@ -292,11 +297,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 		}
 		doc, err := toYAML(ns)
 		if err != nil {
-			return nil, "", "", "", err
+			return nil, "", "", "", nil, err
 		}
 		files["status/nodes/"+node+".yaml"] = doc
 	}
-	return files, subject, rolloutID, generation, nil
+	return files, subject, rolloutID, generation, finished, nil
 }
 
 func short(c string) string {
