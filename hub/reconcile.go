@@ -63,7 +63,9 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	observedAt := h.clock.Now()
 	obs, err := h.eng.Observations(ctx)
 	if err != nil {
-		h.log.Warn().Err(err).Msg("read observations")
+		if ctx.Err() == nil { // not at shutdown
+			h.log.Warn().Err(err).Msg("read observations")
+		}
 		return
 	}
 	opts := h.reconcilerOptions()
@@ -124,7 +126,9 @@ func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.Rol
 func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts reconciler.Options) []fleetwave.RolloutSpec {
 	raw, err := h.redis.client.HGetAll(ctx, keySchedules).Result()
 	if err != nil {
-		h.log.Warn().Err(err).Msg("read schedule fires")
+		if ctx.Err() == nil { // not at shutdown
+			h.log.Warn().Err(err).Msg("read schedule fires")
+		}
 		return nil
 	}
 	last := map[string]time.Time{}
@@ -172,7 +176,9 @@ func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.S
 	}
 	done, err := h.redis.client.HGetAll(ctx, keyManual).Result()
 	if err != nil {
-		h.log.Warn().Err(err).Msg("read manual requests")
+		if ctx.Err() == nil { // not at shutdown
+			h.log.Warn().Err(err).Msg("read manual requests")
+		}
 		return
 	}
 	for _, name := range sortedKeys(snap.Rollouts) {
