@@ -189,9 +189,11 @@ for i = 0, n - 1 do
       redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', ARGV[b + 4], 'skip_hash', hash)
     elseif blocked ~= '' then
       redis.call('HSET', k_i(id), 'message', blocked)
-      redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
-        'last_gen', ARGV[b + 4], 'last_hash', hash, 'last_at', int(NOW))
-      redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
+      if ARGV[b + 18] ~= '1' then -- an operational item leaves the record alone
+        redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
+          'last_gen', ARGV[b + 4], 'last_hash', hash, 'last_at', int(NOW))
+        redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
+      end
     else
       redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
       lp_add(rid, lane, int(pos), id)
