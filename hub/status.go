@@ -48,7 +48,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, ev := range events {
 		changed[ev.Rollout] = true
 	}
-	files, subject, rollout, generation, finished, err := h.statusFiles(ctx, changed)
+	b, err := h.statusFiles(ctx, changed)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -57,13 +57,13 @@ func (h *Hub) statusStep(ctx context.Context) {
 	applied := h.sync.Applied
 	h.mu.Unlock()
 	trailers := []gitsync.Trailer{{Key: gitsync.TrailerSyncedAt, Value: applied}, {Key: gitsync.TrailerFence, Value: fmt.Sprint(fence)}}
-	if rollout != "" {
-		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerRollout, Value: rollout})
+	if b.rollout != "" {
+		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerRollout, Value: b.rollout})
 	}
-	if generation != "" {
-		trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: generation})
+	if b.generation != "" {
+		trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: b.generation})
 	}
-	res, err := h.repo.WriteStatus(ctx, files, gitsync.StatusMessage(subject, "", trailers...))
+	res, err := h.repo.WriteStatus(ctx, b.files, gitsync.StatusMessage(b.subject, "", trailers...))
 	if errors.Is(err, gitsync.ErrStaleFence) {
 		// a newer leader wrote status: this hub lost its lease (paused or
 		// partitioned) and must not write over it; the lease loop steps down
@@ -84,7 +84,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	if h.rolloutsWritten == nil {
 		h.rolloutsWritten = map[string]bool{}
 	}
-	for _, id := range finished {
+	for _, id := range b.finished {
 		h.rolloutsWritten[id] = true // a landed commit holds its final document
 	}
 	if len(events) > 0 {
@@ -104,36 +104,48 @@ func (h *Hub) statusStep(ctx context.Context) {
 	h.statusMark = mark
 	h.mu.Unlock()
 	if commit != "" {
-		h.log.Info().Str("commit", commit).Int64("fence", fence).Str("subject", subject).Msg("status committed")
+		h.log.Info().Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Msg("status committed")
 	}
 }
 
 // maxOutboxBatch bounds the outbox events one status write delivers.
 const maxOutboxBatch = 10_000
 
+// statusBatch is one status write: the files, the commit subject and
+// trailers, and the finished rollouts whose final document it holds.
+type statusBatch struct {
+	files                        map[string][]byte
+	subject, rollout, generation string
+	finished                     []string
+}
+
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
 // status/nodes/<id>.yaml. It never includes rendered configs or payloads.
 // The document of a finished rollout is left out (the committed file stays)
 // once a landed commit holds its final state, unless the outbox names it
 // again (changed); finished lists the finished rollouts written this time.
-func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files map[string][]byte, subject, rolloutID, generation string, finished []string, err error) {
+func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusBatch, error) {
+	var (
+		files                          = map[string][]byte{}
+		subject, rolloutID, generation string
+		finished                       []string
+	)
 	counters, err := h.eng.Counters(ctx)
 	if err != nil {
-		return nil, "", "", "", nil, err
+		return statusBatch{}, err
 	}
 	rollouts, err := h.eng.Rollouts(ctx)
 	if err != nil {
-		return nil, "", "", "", nil, err
+		return statusBatch{}, err
 	}
 	obs, err := h.eng.Observations(ctx)
 	if err != nil {
-		return nil, "", "", "", nil, err
+		return statusBatch{}, err
 	}
 	h.mu.Lock()
 	snap, syncState := h.snapshot, h.sync
 	h.mu.Unlock()
 
-	files = map[string][]byte{}
 	type rolloutLine struct {
 		ID       string             `json:"id"`
 		Status   string             `json:"status"`
@@ -158,11 +170,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 		}
 		_, items, err := h.eng.Rollout(ctx, r.ID)
 		if err != nil {
-			return nil, "", "", "", nil, fmt.Errorf("rollout %s: %w", r.ID, err)
+			return statusBatch{}, fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
 		doc, err := rolloutStatus(r, items)
 		if err != nil {
-			return nil, "", "", "", nil, err
+			return statusBatch{}, err
 		}
 		h.metrics.statusRolloutReads.Inc()
 		files["status/rollouts/"+r.ID+".yaml"] = doc
@@ -196,7 +208,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 	}
 	lanes, err := h.eng.LaneCounters(ctx)
 	if err != nil {
-		return nil, "", "", "", nil, err
+		return statusBatch{}, err
 	}
 	summary := map[string]any{
 		"counters": counters,
@@ -238,7 +250,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 	}
 	doc, err := toYAML(summary)
 	if err != nil {
-		return nil, "", "", "", nil, err
+		return statusBatch{}, err
 	}
 	files["status/summary.yaml"] = doc
 
@@ -297,11 +309,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (files m
 		}
 		doc, err := toYAML(ns)
 		if err != nil {
-			return nil, "", "", "", nil, err
+			return statusBatch{}, err
 		}
 		files["status/nodes/"+node+".yaml"] = doc
 	}
-	return files, subject, rolloutID, generation, finished, nil
+	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished}, nil
 }
 
 func short(c string) string {
