@@ -168,10 +168,9 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		if invalid != "" {
 			item.BlockReason, item.BlockMessage, item.Payload = ReasonInvalidConfig, invalid, fleetwave.AttemptPayload{}
 		}
-		// A scheduled action (backup, ...) leaves the instance's version,
-		// config hash, state and owner as they are: the agent keeps every
-		// field the item leaves empty.
-		item.TargetVersion = ""
+		// A scheduled action (backup, ...) is operational: it leaves the
+		// instance's version, config hash, state and owner as they are.
+		leaveInstance(&item)
 		item.Payload.Operational = true
 		if observed.ManagedBy != "" && observed.ManagedBy != fleetwave.ManagedByCLI {
 			item.ManagedBy = observed.ManagedBy
