@@ -287,21 +287,31 @@ func (s *server) notFound(w http.ResponseWriter, _ *http.Request) {
 	writeJSONError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint"})
 }
 
+// unauthorized answers 401 with its WWW-Authenticate challenge, for a
+// missing token or (invalid) one that matches no node or identity.
+func unauthorized(w http.ResponseWriter, invalid bool) {
+	if invalid {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave", error="invalid_token"`)
+		writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "invalid bearer token"})
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave"`)
+	writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing bearer token"})
+}
+
 // agent authenticates an agent request: the bearer token must belong to the
 // node named in the path.
 func (s *server) agent(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearer(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave"`)
-			writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing bearer token"})
+			unauthorized(w, false)
 			return
 		}
 		node, ok := s.hub.AuthenticateAgent(token)
 		if !ok {
 			s.log.Warn().Str("node", r.PathValue("node")).Str("remote", r.RemoteAddr).Msg("agent token refused")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave", error="invalid_token"`)
-			writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "invalid bearer token"})
+			unauthorized(w, true)
 			return
 		}
 		if node != r.PathValue("node") {
@@ -320,15 +330,13 @@ func (s *server) user(role string, next func(http.ResponseWriter, *http.Request,
 	return func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearer(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave"`)
-			writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing bearer token"})
+			unauthorized(w, false)
 			return
 		}
 		id, ok := s.hub.AuthenticateUser(token)
 		if !ok {
 			s.log.Warn().Str("remote", r.RemoteAddr).Msg("api token refused")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetwave", error="invalid_token"`)
-			writeJSONError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "invalid bearer token"})
+			unauthorized(w, true)
 			return
 		}
 		if rank[id.Role] < rank[role] {
