@@ -185,10 +185,13 @@ type RolloutSpec struct {
 	FailureThresholdPercent float64    `json:"failure_threshold_percent,omitempty"`
 	MaxRetries              int        `json:"max_retries,omitempty"`
 	Items                   []ItemSpec `json:"items"`
-	// ObservedAt is when the observations behind the plan were read. The
+	// ObservedVersion is the engine's change counter read with the
+	// observations behind the plan (engine.Observe; 0 = unknown). The
 	// engine drops a spec whose instance finished an item of the same or a
-	// newer generation since then: that plan was made on stale observations.
-	ObservedAt time.Time `json:"observed_at,omitzero"`
+	// newer generation after that read: that plan was made on stale
+	// observations. A counter, not a time: replicas' clocks may differ and a
+	// result stamped before the read may land after it.
+	ObservedVersion int64 `json:"observed_version,omitempty"`
 }
 
 // Counters are the dashboard counters. Always:

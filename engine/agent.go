@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,139 +14,101 @@ import (
 	"github.com/fleetwave/fleetwave/internal/clock"
 )
 
-// Poll returns up to max attempts queued for node and marks them delivered.
-// When none is queued it waits up to wait (real time: this is network
-// long-polling, not engine logic) for one. Every script that queues an
-// attempt also pushes a wake-up token to the node's wake key, and the poll
-// script drops it once the queue is empty, so the token is there exactly
-// while attempts are queued. A long Poll sends the blocking wait for the
-// token (BLPOP, which returns at once when work is queued) and the poll
-// script in one pipeline: Redis runs the script as soon as the wait ends,
-// so a wake-up costs one round trip. It blocks at most one slice (wakeSlice,
-// less when the client's read timeout is shorter) per call and takes the
-// queue after each, so a token lost to a cancelled waiter costs at most
-// one slice, and Poll returns with ctx.Err() soon after ctx ends even on a
-// client without ContextTimeoutEnabled. A blocked Poll holds one
-// connection of the client's pool; beyond WithBlockingPolls blocked at
-// once, a Poll looks at its queue every fallbackPoll instead. An attempt
-// whose deadline already passed is not delivered: Step treats it as
-// undelivered.
+// Poll returns up to max attempts queued for node: popping them from the
+// node's queue delivers them. When none is queued it waits up to wait
+// (real time: this is network long-polling, not engine logic) for one, in
+// memory: the Engine's delivery mux wakes it when a script queues for its
+// node (see deliver.go), so a waiting Poll holds no Redis connection and a
+// wake-up costs a share of one pipelined round trip. It returns with
+// ctx.Err() when ctx ends first. An attempt popped after its deadline is
+// not handed out: it is marked undelivered (undeliver.lua), so Step treats
+// it as never delivered.
 func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Duration) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
 	}
 	var wall clock.Real
 	end := wall.Now().Add(wait)
-	for {
-		var block time.Duration
-		if left := end.Sub(wall.Now()); wait > 0 && left > 0 {
-			block = min(left, e.slice)
-		}
-		rest, blocked, err := e.pollOnce(ctx, node, max, block)
-		if err != nil {
+	q := e.key("q", node)
+	for first := true; ; first = false {
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if len(rest) > 0 {
-			out := make([]fleetwave.Attempt, 0, len(rest))
-			for _, v := range rest {
-				a, err := decodeAttempt(pairs(v))
-				if err != nil {
-					return nil, err
-				}
-				e.log.Debug().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).
-					Str("rollout", a.Rollout).Msg("attempt delivered")
-				out = append(out, a)
-			}
-			return out, nil
+		var w *waiter
+		if !first {
+			// registered before looking: an attempt queued after the look
+			// is announced to it
+			w = &waiter{node: node, max: max, got: make(chan popped, 1)}
+			e.register(w)
 		}
-		left := end.Sub(wall.Now())
-		if wait <= 0 || left <= 0 {
+		raw, err := e.rdb.LPopCount(ctx, q, max).Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		if w != nil && len(raw) == 0 && err == nil {
+			t := time.NewTimer(end.Sub(wall.Now()))
+			select {
+			case p := <-w.got:
+				raw, err, w = p.raw, p.err, nil
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		if w != nil && !e.unregister(w) {
+			// claimed meanwhile: what its pop takes is ours (rarely, with
+			// what the look took, more than max)
+			p := <-w.got
+			raw = append(raw, p.raw...)
+		}
+		if len(raw) > 0 {
+			// popped is delivered: hand them out even when ctx ended
+			// meanwhile, or they would expire as lost
+			out, derr := e.deliver(context.WithoutCancel(ctx), node, raw)
+			if derr != nil || len(out) > 0 {
+				return out, derr
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("poll node %s: %w", node, err)
+		}
+		if wait <= 0 || !wall.Now().Before(end) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, nil
 		}
-		if !blocked {
-			t := time.NewTimer(min(left, fallbackPoll))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
+	}
+}
+
+// deliver decodes popped queue entries into attempts, leaving out (and
+// marking undelivered) those whose deadline passed.
+func (e *Engine) deliver(ctx context.Context, node string, raw []string) ([]fleetwave.Attempt, error) {
+	now := e.nowMS()
+	out := make([]fleetwave.Attempt, 0, len(raw))
+	for _, v := range raw {
+		a, err := decodeQueued(v)
+		if err != nil {
+			// nothing to hand out: Step finds the attempt delivered without
+			// a result (ambiguous) and waits for a report
+			e.log.Error().Err(err).Str("node", node).Msg("queued attempt unreadable")
+			continue
+		}
+		if a.Deadline.UnixMilli() <= now {
+			if _, _, err := e.run(ctx, "undeliver", "", now, a.ID); err != nil {
+				return out, err
 			}
+			e.log.Debug().Str("node", node).Str("attempt", a.ID).Msg("attempt past its deadline not delivered")
+			continue
 		}
+		e.log.Debug().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).
+			Str("rollout", a.Rollout).Msg("attempt delivered")
+		out = append(out, a)
 	}
-}
-
-// pollOnce runs the poll script for node, after waiting up to block for
-// the node's wake-up token when block > 0 and one of the WithBlockingPolls
-// slots is free (it then reports blocked). The wait and the script go in
-// one pipeline. It returns the script's attempts, and ctx.Err() once ctx
-// ended.
-func (e *Engine) pollOnce(ctx context.Context, node string, n int, block time.Duration) ([]any, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	if block > 0 {
-		// A blocked BLPOP holds a pooled connection: beyond the configured
-		// number of blocking waiters, the caller re-checks instead, so
-		// transitions never starve for a connection.
-		select {
-		case e.blockers <- struct{}{}:
-			defer func() { <-e.blockers }()
-		default:
-			block = 0
-		}
-	}
-	if block <= 0 {
-		rest, err := e.pollScript(ctx, node, n)
-		return rest, false, err
-	}
-	key := e.key("wake", node)
-	pipe := e.rdb.Pipeline()
-	var wake redis.Cmder
-	if block%time.Second == 0 {
-		wake = pipe.BLPop(ctx, block, key)
-	} else {
-		ms := max((block+time.Millisecond-1)/time.Millisecond, 1)
-		wake = pipe.Do(ctx, "blpop", key, strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64))
-	}
-	script := pipe.EvalSha(ctx, e.scripts["poll"].Hash(), e.keys, e.keyBase, "", e.nowMS(), node, n, block.Milliseconds())
-	_, _ = pipe.Exec(ctx)
-	if err := script.Err(); err == nil {
-		// attempts the script marked delivered are returned even when ctx
-		// ended meanwhile: dropping them would leave them to expire as lost
-		status, rest, err := scriptReply("poll", script.Val())
-		if err == nil && status != "ok" {
-			err = fmt.Errorf("poll: unexpected status %q", status)
-		}
-		if err != nil || len(rest) > 0 || ctx.Err() == nil {
-			return rest, true, err
-		}
-	}
-	if ctx.Err() != nil {
-		return nil, true, ctx.Err()
-	}
-	if err := wake.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, true, fmt.Errorf("wait for node %s: %w", node, err)
-	}
-	err := script.Err()
-	if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return nil, true, fmt.Errorf("script poll: %w", err)
-	}
-	// scripts flushed (e.g. Redis restarted): run it the usual way, which
-	// loads it
-	rest, err := e.pollScript(ctx, node, n)
-	return rest, true, err
-}
-
-// pollScript runs the poll script alone.
-func (e *Engine) pollScript(ctx context.Context, node string, n int) ([]any, error) {
-	status, rest, err := e.run(ctx, "poll", "", e.nowMS(), node, n, 0)
-	if err != nil {
-		return nil, err
-	}
-	if status != "ok" {
-		return nil, fmt.Errorf("poll: unexpected status %q", status)
-	}
-	return rest, nil
+	return out, nil
 }
 
 // Complete applies an agent's result for one of its attempts:
@@ -161,12 +123,19 @@ func (e *Engine) pollScript(ctx context.Context, node string, n int) ([]any, err
 // Errors: ErrUnknownAttempt, ErrWrongNode (the attempt of another node),
 // ErrStaleAttempt (not the item's current attempt, item no longer in
 // progress, or another fence), ErrInvalidResult. The rollout completes when
-// all its items are terminal. The result is one O(1) script; when it
-// leaves its lane's current wave with nothing in flight, Complete starts
-// the lane's next wave right after (one more script), as Step would start
-// it, under the fence of the current lease (not when the lease expired,
-// nor when the wave would hold an item bound by maintenance windows: Step
-// decides those).
+// all its items are terminal. When the result leaves its lane's current
+// wave with nothing in flight, the same script starts the lane's next wave,
+// as Step would start it, under the fence of the current lease (not when
+// the lease expired, nor when the wave would hold an item bound by
+// maintenance windows: Step decides those).
+//
+// Results are committed in groups: concurrent Completes share one script
+// run (complete.lua, up to completeBatch results, each checked on its own
+// as if alone), so a wave's results cost a few scripts, not one each. A
+// Complete that finds no group running runs one at once; the others wait
+// for it and the next group takes everything queued meanwhile. A Complete
+// returns once its result is committed (or failed), whatever its context
+// says: the group runs without it.
 func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.AttemptResult) error {
 	switch res.Class {
 	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
@@ -181,22 +150,25 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 		}
 		inst, instAt, instGen = string(b), res.Instance.UpdatedAt.UnixMilli(), res.Instance.Generation
 	}
-	status, rest, err := e.run(ctx, "complete", "", e.nowMS(), node, res.AttemptID, fenceArg(res.Fence),
-		string(res.Class), res.ExitCode, e.base.Milliseconds(), e.max.Milliseconds(), e.jitter(), inst, max(instAt, 0),
-		instGen)
-	if err != nil {
-		return err
+	c := &completion{
+		args: []any{node, res.AttemptID, fenceArg(res.Fence), string(res.Class), res.ExitCode,
+			e.jitter(), inst, max(instAt, 0), instGen},
+		done: make(chan struct{}, 1),
 	}
-	switch status {
-	case "ok":
-	case "unknown_attempt":
-		return fmt.Errorf("attempt %s: %w", res.AttemptID, ErrUnknownAttempt)
-	case "wrong_node":
-		return fmt.Errorf("attempt %s: %w", res.AttemptID, ErrWrongNode)
-	case "stale_attempt":
-		return fmt.Errorf("attempt %s: %w", res.AttemptID, ErrStaleAttempt)
-	default:
-		return fmt.Errorf("complete: unexpected status %q", status)
+	e.cq.mu.Lock()
+	e.cq.queue = append(e.cq.queue, c)
+	lead := !e.cq.running
+	e.cq.running = true
+	e.cq.mu.Unlock()
+	if !lead {
+		<-c.done
+		lead = c.lead
+	}
+	if lead {
+		e.leadCompletions(context.WithoutCancel(ctx), c)
+	}
+	if c.err != nil {
+		return c.err
 	}
 	ev := e.log.Info()
 	if res.Class != fleetwave.ResultSuccess {
@@ -204,25 +176,104 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	}
 	ev.Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).
 		Int("exit_code", res.ExitCode).Msg("attempt finished")
-	if len(rest) >= 4 && asInt(rest[1]) == 1 {
-		e.nextWave(ctx, asString(rest[2]), asString(rest[3]))
-	}
 	return nil
 }
 
-// nextWave starts the next wave of lane of rollout rid right after the
-// result that emptied the current one (next_wave.lua). The result is
-// already recorded: a failure here only delays the wave to the next Step,
-// so it is logged, not returned.
-func (e *Engine) nextWave(ctx context.Context, rid, lane string) {
-	_, rest, err := e.run(ctx, "next_wave", "", e.nowMS(), rid, lane,
-		e.grace.Milliseconds(), DefaultActionTimeout.Milliseconds(), batchLimit)
+var batchHook func(int, time.Time, time.Duration)
+
+// completeBatch bounds the results of one complete script.
+const completeBatch = 256
+
+// completion is one Complete in the group-commit queue.
+type completion struct {
+	args []any // the result's 9 script fields
+	err  error
+	lead bool          // set before done is signalled: run the queue next
+	done chan struct{} // capacity 1: committed (or failed), or lead
+	ran  bool          // committed or failed (the leader's own)
+}
+
+// completions is the group-commit queue of Complete: running says a
+// Complete leads it (runs groups); the others wait on their done.
+type completions struct {
+	mu      sync.Mutex
+	queue   []*completion
+	running bool
+}
+
+// leadCompletions runs groups of queued results, oldest first, until own
+// (the leader's result) ran, then hands the lead to the oldest waiting
+// Complete, or ends it when none waits.
+func (e *Engine) leadCompletions(ctx context.Context, own *completion) {
+	for !own.ran {
+		e.cq.mu.Lock()
+		n := min(len(e.cq.queue), completeBatch)
+		batch := append([]*completion(nil), e.cq.queue[:n]...)
+		e.cq.queue = e.cq.queue[n:]
+		e.cq.mu.Unlock()
+		e.runCompletions(ctx, batch)
+		for _, c := range batch {
+			c.ran = true
+			if c != own {
+				c.done <- struct{}{}
+			}
+		}
+	}
+	e.cq.mu.Lock()
+	if len(e.cq.queue) > 0 {
+		next := e.cq.queue[0]
+		next.lead = true
+		next.done <- struct{}{}
+	} else {
+		e.cq.running = false
+	}
+	e.cq.mu.Unlock()
+}
+
+// runCompletions commits one group with complete.lua and sets each
+// result's error.
+func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
+	args := make([]any, 0, 6+9*len(batch))
+	args = append(args, e.base.Milliseconds(), e.max.Milliseconds(), e.grace.Milliseconds(),
+		DefaultActionTimeout.Milliseconds(), batchLimit, len(batch))
+	for _, c := range batch {
+		args = append(args, c.args...)
+	}
+	t0 := time.Now()
+	status, rest, err := e.run(ctx, "complete", "", e.nowMS(), args...)
+	if batchHook != nil {
+		batchHook(len(batch), t0, time.Since(t0))
+	}
+	if err == nil && (status != "ok" || len(rest) < 4) {
+		err = fmt.Errorf("complete: unexpected reply %q", status)
+	}
+	var statuses []any
+	if err == nil {
+		statuses, _ = rest[3].([]any)
+		if len(statuses) != len(batch) {
+			err = fmt.Errorf("complete: %d statuses for %d results", len(statuses), len(batch))
+		}
+	}
 	if err != nil {
-		e.log.Warn().Err(err).Str("rollout", rid).Str("lane", lane).Msg("next wave left to the next step")
+		for _, c := range batch {
+			c.err = err
+		}
 		return
 	}
-	if len(rest) >= 3 {
-		e.logEvents(rest[2])
+	e.logEvents(rest[2])
+	for i, c := range batch {
+		aid := c.args[1]
+		switch asString(statuses[i]) {
+		case "ok":
+		case "unknown_attempt":
+			c.err = fmt.Errorf("attempt %s: %w", aid, ErrUnknownAttempt)
+		case "wrong_node":
+			c.err = fmt.Errorf("attempt %s: %w", aid, ErrWrongNode)
+		case "stale_attempt":
+			c.err = fmt.Errorf("attempt %s: %w", aid, ErrStaleAttempt)
+		default:
+			c.err = fmt.Errorf("complete: unexpected status %q", asString(statuses[i]))
+		}
 	}
 }
 

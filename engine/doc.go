@@ -7,7 +7,8 @@
 // # Atomicity and fencing
 //
 // Every state change is one Lua script (lua/*.lua, each prefixed with
-// lua/lib.lua, and with lua/wave.lua for the scripts that start waves). The scripts receive now_ms from the engine's clock and never
+// lua/lib.lua, and with lua/wave.lua for the scripts that start waves:
+// step and complete). The scripts receive now_ms from the engine's clock and never
 // read time themselves, so a fake clock drives expiry, backoff and leases in
 // tests; expiry is decided by comparing stored timestamps (expires_at,
 // deadline, retry_after) with now_ms, never by Redis TTLs. The leader lease
@@ -17,7 +18,9 @@
 // fence is both the current epoch and the lease's fence, so a deposed
 // leader changes nothing (ErrStaleFence). Agent-facing calls (Poll, Complete,
 // Report) are not fenced: they are checked against the attempt instead (its
-// node, its fence, and whether it is still its item's current attempt).
+// node, its fence, and whether it is still its item's current attempt); a
+// wave that a result starts carries the fence of the lease, and only while
+// that lease is valid.
 //
 // The fence never goes back, even when Redis restarts without its data
 // (DESIGN §6; a new epoch after any restart): Campaign raises a missing or
@@ -37,7 +40,8 @@
 //
 //	epoch                  fencing counter (string, never expires)
 //	lease                  hash owner, fence, expires_at, acquired_at
-//	version                change counter, bumped by every state change (level-based status)
+//	version                change counter, bumped by every state change (level-based status;
+//	                       RolloutSpec.ObservedVersion)
 //	outbox                 stream of the transitions Git status must show, until acknowledged
 //	counters               hash total, done, in_progress, pending, failed, skipped
 //	lanedepth              hash p:<lane>, f:<lane> -> items in the lanes' pending, in-flight sets
@@ -46,26 +50,28 @@
 //	r:<id>                 hash: status, reason, source, limits, wave, c_* counters
 //	r:<id>:items           list of item ids in dispatch order
 //	r:<id>:lanes           hash lane (managed_by) -> the lane's current wave
+//	r:<id>:peek            hash lane -> the wave whose next in line Step gave their reasons
 //	r:<id>:p:<lane>        zset of the lane's pending item ids by position
 //	r:<id>:f:<lane>        set of the lane's in_progress, retrying and ambiguous items
 //	r:<id>:g:<group>       list of the item ids of a split group (ItemSpec.Group)
 //	r:<id>:history         list of operator actions (JSON: action, actor, at, from, to)
 //	wsets                  hash window set id -> its windows (JSON; content-addressed)
-//	i:<item>               hash: the item (no payload)
-//	ip:<item>              the item's attempt payload (command, rendered config), until the item ends
-//	a:<attempt>            hash: the attempt (Poll adds the item's payload when it delivers it)
-//	q:<node>               list of attempt ids queued for the node
-//	wake:<node>            list of at most one wake-up token, there while q:<node> is not empty (a waiting Poll blocks on it)
+//	i:<item>               hash: the item (no payload) and its last attempt (a_fence, a_deadline, a_state, a_exit)
+//	ip:<item>              the item's attempt template: fields and payload (command, rendered config), until the item ends
+//	q:<node>               list of the attempts queued for the node, each "<attempt id>\n<fence>\n<deadline>\n<template>"
+//	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
-//	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash
+//	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash,
+//	                       change counter
 //	amb:<node>             set of the node's ambiguous items
 //	obs, obs_nodes         hash node -> last full report (without instances); set of observed nodes
 //	obsi:<node>            hash block -> observed instance (JSON)
 //	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
 //
 // Item ids are "<rollout>.<position>", attempt ids "<item>.<n>". The payload
-// is kept apart from the item, rollout and attempt records that status
-// files and the API read, and is deleted when the item ends.
+// is kept apart from the item and rollout records that status files and
+// the API read: in the item's template, deleted when the item ends, and in
+// the queued attempt, gone when a Poll pops it.
 //
 // # Items
 //
@@ -141,20 +147,31 @@
 // priority order; an item made pending again keeps its position) whose
 // window is open get an attempt each. A lane therefore never has more than
 // max_concurrent items in flight (except a split group larger than
-// max_concurrent, which runs alone in its wave). A result (Complete) is one
-// O(1) script; the one that leaves a lane's wave with nothing in flight
-// says so, and Complete starts the lane's next wave right after with
-// next_wave.lua, under the current lease's fence, so agents do not wait for
-// the next Step; that script leaves the wave to Step when the lease expired
-// or the wave would hold an item bound by windows (only Step knows them).
-// A wave's dispatches write the deadlines, pending and in-flight sets once
-// per wave, not once per item.
+// max_concurrent, which runs alone in its wave).
+//
+// Results are committed in groups (group commit): concurrent Completes
+// share one run of complete.lua, each result checked on its own, and the
+// group then starts the next wave of every lane it left with nothing in
+// flight, in the same script, under the current lease's fence, so agents
+// do not wait for the next Step; it leaves the wave to Step when the lease
+// expired or the wave would hold an item bound by windows (only Step knows
+// them). Between two waves the critical path therefore holds the last
+// results, one wave start and one delivery round trip. Such a wave start
+// does not write why the next in line wait (lane_full, maintenance_window):
+// the next Step does, once per wave (r:<id>:peek). A wave's dispatches
+// write the deadlines, pending and in-flight sets once per wave, not once
+// per item.
 //
 // # Delivery
 //
-// A long Poll pipelines a blocking wait on the node's wake-up token with
-// the poll script, so a wake-up costs one round trip; the token exists
-// exactly while the node's queue is not empty.
+// Attempts are queued as the agent receives them; popping one delivers it,
+// so an attempt still queued at its deadline was never delivered (a Poll
+// that pops one past its deadline marks it undelivered instead of handing
+// it out). A Poll that finds its queue empty waits in memory: the scripts
+// that queue attempts publish the nodes on the ready channel, and one
+// subscriber per Engine claims the waiting Polls of those nodes and pops
+// their queues in one pipeline (deliver.go). No Redis connection is held
+// by a waiting agent.
 //
 // # Placement
 //

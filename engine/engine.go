@@ -68,21 +68,6 @@ const batchLimit = 1000
 // jitterCount is how many jitter values one Step receives.
 const jitterCount = 8
 
-// wakeSlice bounds one blocking wait of Poll for a wake-up token (BLPOP),
-// and so how long Poll may take to notice that its context ended. It is
-// shortened to half the client's read timeout when that is shorter than
-// two slices, since the wait shares a pipeline with the poll script and a
-// pipeline's replies are read within the read timeout.
-const wakeSlice = time.Second
-
-// fallbackPoll is how often a Poll that found no free blocking slot looks
-// at its queue again.
-const fallbackPoll = 100 * time.Millisecond
-
-// DefaultBlockingPolls is how many Polls may block on Redis at once (each
-// holds a pooled connection while it does); see WithBlockingPolls.
-const DefaultBlockingPolls = 8
-
 type options struct {
 	clock       clock.Clock
 	log         zerolog.Logger
@@ -92,17 +77,10 @@ type options struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	floor       func(ctx context.Context) (int64, error)
-	blocking    int
 }
 
 // Option configures an Engine.
 type Option func(*options)
-
-// WithBlockingPolls bounds how many Polls block on Redis (BLPOP) at once;
-// the others re-check their queue every 100 ms. Keep it well below the
-// client's pool size so transitions never wait for a connection
-// (default DefaultBlockingPolls).
-func WithBlockingPolls(n int) Option { return func(o *options) { o.blocking = n } }
 
 // WithClock sets the clock every timestamp, deadline and lease expiry comes
 // from (default the real clock).
@@ -152,10 +130,6 @@ type Engine struct {
 	rnd *rand.Rand
 
 	floor func(ctx context.Context) (int64, error)
-	// blockers holds one token per Poll blocked on Redis (see WithBlockingPolls).
-	blockers chan struct{}
-	// slice is the longest blocking wait of Poll (see wakeSlice).
-	slice time.Duration
 	lmu   sync.Mutex // guards runID, maxFence
 	// runID is the Redis run_id seen at the last Campaign or Renew ("" =
 	// unknown); maxFence the highest fence this Engine held. Both let
@@ -167,6 +141,9 @@ type Engine struct {
 	wsets map[string]*windowSet // parsed window sets by id
 
 	scripts map[string]*redis.Script
+
+	cq  completions // results waiting to be committed together (Complete)
+	mux mux         // Polls waiting for their queue (deliver.go)
 }
 
 //go:embed lua/*.lua
@@ -174,14 +151,14 @@ var luaFS embed.FS
 
 // scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua).
 var scriptNames = []string{
-	"campaign", "renew", "resign", "create_rollout", "step", "poll", "complete", "next_wave", "report", "set_state",
-	"ack_outbox",
+	"campaign", "renew", "resign", "create_rollout", "step", "complete", "report", "set_state",
+	"ack_outbox", "undeliver",
 }
 
 // waveScripts are the scripts that start waves: lua/wave.lua follows
 // lua/lib.lua in them. The others go without it, since a script defines
 // its functions anew on every call.
-var waveScripts = map[string]bool{"step": true, "next_wave": true}
+var waveScripts = map[string]bool{"step": true, "complete": true}
 
 // scriptSource returns script name with its prefix (lib.lua, and wave.lua
 // for waveScripts).
@@ -210,7 +187,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		grace:       DefaultDeliveryGrace,
 		backoffBase: DefaultBackoffBase,
 		backoffMax:  DefaultBackoffMax,
-		blocking:    DefaultBlockingPolls,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -224,42 +200,23 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 	}
 	kb := "fw{" + o.prefix + "}:"
 	e := &Engine{
-		rdb:      rdb,
-		clock:    o.clock,
-		log:      o.log.With().Str("component", "engine").Logger(),
-		grace:    o.grace,
-		base:     o.backoffBase,
-		max:      o.backoffMax,
-		keyBase:  kb,
-		keys:     []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
-		rnd:      o.rnd,
-		floor:    o.floor,
-		blockers: make(chan struct{}, max(o.blocking, 0)),
-		slice:    blockSlice(rdb),
-		scripts:  map[string]*redis.Script{},
-		wsets:    map[string]*windowSet{},
+		rdb:     rdb,
+		clock:   o.clock,
+		log:     o.log.With().Str("component", "engine").Logger(),
+		grace:   o.grace,
+		base:    o.backoffBase,
+		max:     o.backoffMax,
+		keyBase: kb,
+		keys:    []string{kb + "epoch", kb + "lease", kb + "version", kb + "counters"},
+		rnd:     o.rnd,
+		floor:   o.floor,
+		scripts: map[string]*redis.Script{},
+		wsets:   map[string]*windowSet{},
 	}
 	for _, name := range scriptNames {
 		e.scripts[name] = redis.NewScript(scriptSource(name))
 	}
 	return e
-}
-
-// blockSlice is wakeSlice, or half the client's read timeout when that is
-// shorter than two slices (0 means go-redis' default of 3s; a negative one
-// means none).
-func blockSlice(rdb redis.UniversalClient) time.Duration {
-	var rt time.Duration
-	switch c := rdb.(type) {
-	case interface{ Options() *redis.Options }:
-		rt = c.Options().ReadTimeout
-	case interface{ Options() *redis.ClusterOptions }:
-		rt = c.Options().ReadTimeout
-	}
-	if rt <= 0 || rt >= 2*wakeSlice {
-		return wakeSlice
-	}
-	return max(rt/2, 10*time.Millisecond)
 }
 
 // Load loads every script into Redis (SCRIPT LOAD), so that later EVALSHA

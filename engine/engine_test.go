@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
 func TestWaves(t *testing.T) {
@@ -240,6 +242,35 @@ func TestDeadlines(t *testing.T) {
 				t.Fatalf("retry polled %v", ids(as))
 			}
 		})
+		t.Run("an attempt popped after its deadline is not handed out and counts as undelivered", func(t *testing.T) {
+			h := newHarness(t, rdb, WithPrefix("popped-late"), WithBackoff(time.Second, time.Second))
+			_, items := h.create(spec("web", 1, "web", 1, 1, 3))
+			h.step()
+			h.clk.Advance(60*time.Second + DefaultDeliveryGrace) // before any Step settles it
+			if as := h.poll("n1"); len(as) != 0 {
+				t.Fatalf("attempt past its deadline handed out: %v", ids(as))
+			}
+			if res := h.step(); res.Expired != 1 {
+				t.Fatalf("expired = %d", res.Expired)
+			}
+			// never delivered: retried with backoff, not ambiguous
+			if it := h.item(items[0]); it.Status != fleetwave.ItemRetrying || it.RetryCount != 1 {
+				t.Fatalf("after deadline: %s %q retry_count %d", it.Status, it.Reason, it.RetryCount)
+			}
+		})
+		t.Run("a delivered attempt without result makes its item ambiguous", func(t *testing.T) {
+			h := newHarness(t, rdb, WithPrefix("popped"), WithBackoff(time.Second, time.Second))
+			_, items := h.create(spec("web", 1, "web", 1, 1, 3))
+			h.step()
+			if as := h.poll("n1"); len(as) != 1 {
+				t.Fatalf("polled %v", ids(as))
+			}
+			h.clk.Advance(60*time.Second + DefaultDeliveryGrace)
+			h.step()
+			if it := h.item(items[0]); it.Status != fleetwave.ItemAmbiguous || it.Reason != fleetwave.ReasonAwaitingReport {
+				t.Fatalf("after deadline: %s %q", it.Status, it.Reason)
+			}
+		})
 		tests := []struct {
 			name       string
 			oneShot    bool
@@ -442,8 +473,11 @@ func TestReadsAndPoll(t *testing.T) {
 				}
 			}
 			h.complete(as[0], fleetwave.ResultSuccess)
-			if p, _ := h.rdb.HGet(h.ctx, h.e.key("a", as[0].ID), "payload").Result(); p != "" {
-				t.Fatal("finished attempt keeps its payload")
+			if n, _ := h.rdb.Exists(h.ctx, h.e.key("ip", as[0].Item)).Result(); n != 0 {
+				t.Fatal("finished item keeps its attempt template (payload)")
+			}
+			if q, _ := h.rdb.LRange(h.ctx, h.e.key("q", "n1"), 0, -1).Result(); len(q) != 0 {
+				t.Fatalf("delivered attempts stay queued: %d entries", len(q))
 			}
 		})
 	})
@@ -484,11 +518,7 @@ func TestLongPollWakesOnDispatch(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)
 		h.create(spec("web", 2, "web", 1, 2, 0))
-		t.Run("a leftover token only costs another look", func(t *testing.T) {
-			// a token whose attempt is gone: the poll keeps waiting
-			if err := rdb.RPush(h.ctx, h.e.key("wake", "n1"), "1").Err(); err != nil {
-				t.Fatal(err)
-			}
+		t.Run("an empty queue makes the poll wait its whole wait", func(t *testing.T) {
 			start := time.Now()
 			as, err := h.e.Poll(h.ctx, "n1", 5, 1500*time.Millisecond)
 			if err != nil || len(as) != 0 {
@@ -524,13 +554,13 @@ func TestLongPollWakesOnDispatch(t *testing.T) {
 			if got.took >= 4*time.Second {
 				t.Fatalf("long poll took %v: not woken by the dispatch", got.took)
 			}
-			if n, _ := rdb.Exists(h.ctx, h.e.key("wake", "n1")).Result(); n != 0 {
-				t.Fatal("wake-up token kept after the queue was emptied")
+			// popping delivers: n1's queue is empty, n2's (not polled) holds
+			// its attempt
+			if n, err := rdb.LLen(h.ctx, h.e.key("q", "n1")).Result(); err != nil || n != 0 {
+				t.Fatalf("n1's queue holds %d entries (%v) after its poll", n, err)
 			}
-			// a poll that is not woken still looks again every wakeSlice, so
-			// the timing above cannot tell; the token of n2 (not polled) can
-			if n, err := rdb.LLen(h.ctx, h.e.key("wake", "n2")).Result(); err != nil || n != 1 {
-				t.Fatalf("n2 holds %d wake-up tokens (%v), want 1", n, err)
+			if n, err := rdb.LLen(h.ctx, h.e.key("q", "n2")).Result(); err != nil || n != 1 {
+				t.Fatalf("n2's queue holds %d entries (%v), want 1", n, err)
 			}
 		})
 		t.Run("a cancelled wait ends the poll", func(t *testing.T) {
@@ -629,20 +659,32 @@ func TestObservations(t *testing.T) {
 func TestStalePlanIsDropped(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)
-		observedAt := h.clk.Now() // observations read while the item still runs
+		observe := func() int64 {
+			t.Helper()
+			_, v, err := h.e.Observe(h.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
 		h.create(spec("web", 1, "web", 1, 1, 0))
 		h.step()
-		h.clk.Advance(time.Second)
-		h.complete(h.poll("n1")[0], fleetwave.ResultSuccess)
+		before := observe() // observations read while the item still runs
+		// the result comes from a replica whose clock is a minute behind:
+		// by time it finished before the read, in fact after it
+		late := New(rdb, WithPrefix("test"), WithClock(clock.NewFake(h.clk.Now().Add(-time.Minute))))
+		a := h.poll("n1")[0]
+		if err := late.Complete(h.ctx, "n1", fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess}); err != nil {
+			t.Fatal(err)
+		}
 
 		stale := spec("web", 1, "web", 1, 1, 0)
-		stale.ObservedAt = observedAt
+		stale.ObservedVersion = before
 		if id, _ := h.create(stale); id != "" {
 			t.Fatalf("a plan made before the item finished created rollout %s", id)
 		}
-		h.clk.Advance(time.Second)
 		fresh := spec("web", 1, "web", 1, 1, 0)
-		fresh.ObservedAt = h.clk.Now() // drift seen after the item finished
+		fresh.ObservedVersion = observe() // drift seen after the item finished
 		if id, _ := h.create(fresh); id == "" {
 			t.Fatal("a plan made after the item finished created nothing")
 		}
@@ -668,6 +710,73 @@ func TestHealthGateNeedsTheItemsOwnGeneration(t *testing.T) {
 		h.report(fleetwave.Report{Node: "n1", SentAt: h.clk.Now(), Instances: []fleetwave.InstanceStatus{{Block: "web", Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: 3}}})
 		if it := h.item(ids[0]); it.Status != fleetwave.ItemCompleted {
 			t.Fatalf("after a report at generation 3: %s, want completed", it.Status)
+		}
+	})
+}
+
+func TestDeliveryMux(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Run("fifty waiting polls share four connections and all get their attempt", func(t *testing.T) {
+			opts := rdb.(*redis.Client).Options()
+			small := redis.NewClient(&redis.Options{Network: opts.Network, Addr: opts.Addr, PoolSize: 4})
+			t.Cleanup(func() { _ = small.Close() })
+			h := newHarness(t, small, WithPrefix("mux"))
+			const n = 50
+			h.create(spec("web", n, "web", 1, n, 0))
+			type result struct {
+				node string
+				as   []fleetwave.Attempt
+				err  error
+			}
+			got := make(chan result, n)
+			for i := range n {
+				node := fmt.Sprintf("n%d", i+1)
+				go func() {
+					as, err := h.e.Poll(context.Background(), node, 5, 10*time.Second)
+					got <- result{node, as, err}
+				}()
+			}
+			time.Sleep(300 * time.Millisecond) // every poll waits (none holds a connection)
+			start := time.Now()
+			if res := h.step(); res.Dispatched != n {
+				t.Fatalf("dispatched %d", res.Dispatched)
+			}
+			for range n {
+				r := <-got
+				if r.err != nil || len(r.as) != 1 || r.as[0].Node != r.node {
+					t.Fatalf("poll of %s returned %v (%v)", r.node, ids(r.as), r.err)
+				}
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("the polls took %v to get their attempts: not woken by the dispatch", took)
+			}
+		})
+	})
+	t.Run("an attempt queued while the subscription was down is found when it comes back", func(t *testing.T) {
+		srv := redistest.Start(t)
+		rdb := srv.Client(t)
+		h := newHarness(t, rdb, WithPrefix("resub"))
+		h.create(spec("web", 1, "web", 1, 1, 0))
+		done := make(chan []fleetwave.Attempt, 1)
+		go func() {
+			as, _ := h.e.Poll(context.Background(), "n1", 1, 20*time.Second)
+			done <- as
+		}()
+		time.Sleep(300 * time.Millisecond) // the poll waits, the mux is subscribed
+		if err := rdb.Do(h.ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// the wave is announced while nobody listens
+		if res := h.step(); res.Dispatched != 1 {
+			t.Fatalf("dispatched %d", res.Dispatched)
+		}
+		select {
+		case as := <-done:
+			if len(as) != 1 || as[0].Node != "n1" {
+				t.Fatalf("poll returned %v", ids(as))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiting poll never got the attempt announced while the subscription was down")
 		}
 	})
 }

@@ -184,7 +184,8 @@ func reportFor(t *testing.T, h *harness, node string, blocks []string, show func
 // the same Redis). After every operation it checks harness.check (in flight
 // per lane <= max_concurrent, one active item per instance, counters exact)
 // and the leadership invariants: a call under a deposed fence is refused,
-// every attempt carries the fence of the leader whose Step dispatched it,
+// every attempt carries the fence of the leader whose Step dispatched it
+// (or of the valid lease, when a result started the next wave),
 // and an ambiguous item leaves that state only through a report of its node.
 func TestRandomizedLeaders(t *testing.T) {
 	for _, seed := range []int64{4, 5, 6} {
@@ -260,7 +261,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 		return want
 	}
 	// audit checks the attempts and ambiguous items after an operation;
-	// stepFence is the fence of a Step that just ran (0: no Step ran) and
+	// stepFence is the fence new attempts may carry (0: none may be made) and
 	// reportNode the node whose report was just applied.
 	audit := func(stepFence int64, reportNode string) {
 		t.Helper()
@@ -270,7 +271,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 			for _, it := range items {
 				if it.LastAttempt != "" {
 					if _, known := attemptFence[it.LastAttempt]; !known {
-						f, err := rdb.HGet(h.ctx, h.e.key("a", it.LastAttempt), "fence").Int64()
+						f, err := rdb.HGet(h.ctx, h.e.key("i", it.ID), "a_fence").Int64()
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -369,7 +370,16 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 					t.Fatal(err)
 				}
 			}
-			audit(0, "")
+			// a result that empties a wave starts the next one under the
+			// fence of the lease, only while that lease is valid
+			wave := int64(0)
+			if f := epoch(); f > 0 {
+				exp, _ := rdb.HGet(h.ctx, h.e.key("lease"), "expires_at").Int64()
+				if exp > h.clk.Now().UnixMilli() {
+					wave = f
+				}
+			}
+			audit(wave, "")
 		case k < 12:
 			n := nodes[rng.Intn(len(nodes))]
 			if err := c.e.Report(h.ctx, reportFor(t, h, n, blocks, func() bool { return rng.Intn(2) == 0 })); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,12 +17,28 @@ import (
 // Observations returns the latest full report of every node, with the
 // instances observed since (successful attempts update one instance).
 func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, error) {
-	nodes, err := e.rdb.SMembers(ctx, e.key("obs_nodes")).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read observed nodes: %w", err)
-	}
-	sort.Strings(nodes)
+	obs, _, err := e.Observe(ctx)
+	return obs, err
+}
+
+// Observe is Observations with the engine's change counter read before
+// them: a plan made on these observations carries it as
+// RolloutSpec.ObservedVersion, so CreateRollout can tell a plan made
+// before an item finished.
+func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, error) {
 	pipe := e.rdb.Pipeline()
+	ver := pipe.Get(ctx, e.key("version"))
+	members := pipe.SMembers(ctx, e.key("obs_nodes"))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("read observed nodes: %w", err)
+	}
+	version, err := ver.Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("read change counter: %w", err)
+	}
+	nodes := members.Val()
+	sort.Strings(nodes)
+	pipe = e.rdb.Pipeline()
 	heads := make([]*redis.StringCmd, len(nodes))
 	insts := make([]*redis.MapStringStringCmd, len(nodes))
 	for i, n := range nodes {
@@ -29,14 +46,14 @@ func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, erro
 		insts[i] = pipe.HGetAll(ctx, e.key("obsi", n))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read observations: %w", err)
+		return nil, 0, fmt.Errorf("read observations: %w", err)
 	}
 	obs := make(fleetwave.Observations, len(nodes))
 	for i, n := range nodes {
 		r := &fleetwave.Report{Node: n}
 		if s, err := heads[i].Result(); err == nil {
 			if err := json.Unmarshal([]byte(s), r); err != nil {
-				return nil, fmt.Errorf("decode report of %s: %w", n, err)
+				return nil, 0, fmt.Errorf("decode report of %s: %w", n, err)
 			}
 		}
 		m := insts[i].Val()
@@ -49,7 +66,7 @@ func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, erro
 		for _, b := range blocks {
 			var in fleetwave.InstanceStatus
 			if err := json.Unmarshal([]byte(m[b]), &in); err != nil {
-				return nil, fmt.Errorf("decode instance %s of %s: %w", b, n, err)
+				return nil, 0, fmt.Errorf("decode instance %s of %s: %w", b, n, err)
 			}
 			if in.Block == "" {
 				in.Block = b
@@ -58,7 +75,7 @@ func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, erro
 		}
 		obs[n] = r
 	}
-	return obs, nil
+	return obs, version, nil
 }
 
 // Counters returns the fleet-wide counters, maintained by every script.
@@ -242,26 +259,24 @@ func pairs(v any) map[string]string {
 	return m
 }
 
-func decodeAttempt(m map[string]string) (fleetwave.Attempt, error) {
-	a := fleetwave.Attempt{
-		ID:            m["id"],
-		Item:          m["item"],
-		Rollout:       m["rollout"],
-		Node:          m["node"],
-		Block:         m["block"],
-		Action:        m["action"],
-		Generation:    atoi(m["generation"]),
-		TargetVersion: m["target_version"],
-		ConfigHash:    m["config_hash"],
-		DesiredState:  fleetwave.DesiredState(m["desired_state"]),
-		ManagedBy:     m["managed_by"],
-		Fence:         atoi(m["fence"]),
-		Deadline:      msTime(atoi(m["deadline"])),
+// decodeQueued decodes a node queue entry: "<attempt id>\n<fence>\n
+// <deadline ms>\n<template>", the template being the item's attempt
+// without id, fence and deadline (JSON). Item and rollout come from the
+// id: "<rollout>.<position>.<n>".
+func decodeQueued(v string) (fleetwave.Attempt, error) {
+	parts := strings.SplitN(v, "\n", 4)
+	if len(parts) != 4 {
+		return fleetwave.Attempt{}, fmt.Errorf("queue entry without attempt template (%d parts)", len(parts))
 	}
-	if p := m["payload"]; p != "" {
-		if err := json.Unmarshal([]byte(p), &a.Payload); err != nil {
-			return fleetwave.Attempt{}, fmt.Errorf("decode payload of attempt %s: %w", a.ID, err)
-		}
+	var a fleetwave.Attempt
+	if err := json.Unmarshal([]byte(parts[3]), &a); err != nil {
+		return fleetwave.Attempt{}, fmt.Errorf("decode attempt %s: %w", parts[0], err)
+	}
+	a.ID, a.Fence, a.Deadline = parts[0], atoi(parts[1]), msTime(atoi(parts[2]))
+	a.Item = parts[0][:max(strings.LastIndexByte(parts[0], '.'), 0)]
+	a.Rollout = a.Item[:max(strings.LastIndexByte(a.Item, '.'), 0)]
+	if a.Item == "" || a.Rollout == "" {
+		return fleetwave.Attempt{}, fmt.Errorf("attempt id %q: want <rollout>.<position>.<n>", parts[0])
 	}
 	return a, nil
 }

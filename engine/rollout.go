@@ -56,7 +56,11 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 	seen := map[string]bool{}
 	itemArgs := make([]any, 0, itemFields*len(spec.Items))
 	for _, it := range spec.Items {
-		payload, err := json.Marshal(it.Payload)
+		// what an attempt of the item carries except its id, fence and
+		// deadline: the dispatch queues it as it is (see deliveryOf)
+		payload, err := json.Marshal(fleetwave.Attempt{Node: it.Node, Block: it.Block, Action: it.Action,
+			Generation: it.Generation, TargetVersion: it.TargetVersion, ConfigHash: it.ConfigHash,
+			DesiredState: it.DesiredState, ManagedBy: it.ManagedBy, Payload: it.Payload})
 		if err != nil {
 			return "", nil, fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
 		}
@@ -91,7 +95,7 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 	args := make([]any, 0, 10+2*len(sets)+len(itemArgs))
 	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
 		strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64), spec.MaxRetries,
-		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items), max(spec.ObservedAt.UnixMilli(), 0),
+		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items), max(spec.ObservedVersion, 0),
 		len(sets))
 	for _, ws := range sets {
 		args = append(args, ws.id, ws.def)

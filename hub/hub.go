@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
 		return nil, err
 	}
-	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor), engine.WithBlockingPolls(blockingPolls))
+	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
 	}

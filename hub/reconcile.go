@@ -61,7 +61,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	start := time.Now()
 	defer func() { h.metrics.reconcileSecs.Observe(time.Since(start).Seconds()) }()
 	observedAt := h.clock.Now()
-	obs, err := h.eng.Observations(ctx)
+	obs, version, err := h.eng.Observe(ctx)
 	if err != nil {
 		if ctx.Err() == nil { // not at shutdown
 			h.log.Warn().Err(err).Msg("read observations")
@@ -97,10 +97,10 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		if spec.Source.Actor == "" {
 			spec.Source.Actor = actor
 		}
-		spec.ObservedAt = observedAt
+		spec.ObservedVersion = version
 		h.createRollout(ctx, fence, spec)
 	}
-	h.manualRequests(ctx, fence, snap, obs, observedAt, opts, actor)
+	h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
 	h.mu.Lock()
 	h.holds, h.problems = plan.Holds, plan.Problems
 	h.mu.Unlock()
@@ -170,7 +170,7 @@ func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fl
 // its targets are resolved at that moment and pinned, so nodes labelled
 // later are never added. A request that can never run (no matching node)
 // is recorded with its error code.
-func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts reconciler.Options, actor string) {
+func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.Snapshot, obs fleetwave.Observations, version int64, opts reconciler.Options, actor string) {
 	if len(snap.Rollouts) == 0 {
 		return
 	}
@@ -200,7 +200,7 @@ func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.S
 			outcome = "error:" + code
 			h.log.Warn().Str("request", name).Str("code", code).Str("error", err.Error()).Msg("manual rollout refused")
 		} else {
-			spec.ObservedAt, spec.Source.Actor = now, actor
+			spec.ObservedVersion, spec.Source.Actor = version, actor
 			outcome = h.createRollout(ctx, fence, spec)
 		}
 		if err := h.redis.client.HSet(ctx, keyManual, name, outcome).Err(); err != nil {

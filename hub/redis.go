@@ -16,13 +16,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// poolSize is the hub's Redis connection pool; blockingPolls of them at most
-// are held by agents' long polls (engine.WithBlockingPolls), the rest serve
-// transitions.
-const (
-	poolSize      = 64
-	blockingPolls = 32
-)
+// poolSize is the hub's Redis connection pool. Agents' long polls hold
+// none while they wait (the engine's delivery mux wakes them).
+const poolSize = 64
 
 // redisBackend is an open Redis connection and how to close what backs it.
 type redisBackend struct {

@@ -1,58 +1,110 @@
--- complete: ARGV[4] node, [5] attempt id, [6] attempt fence, [7] class,
--- [8] exit code, [9] backoff base ms, [10] backoff max ms, [11] jitter,
--- [12] observed instance json ("" = none), [13] its updated_at (agent ms),
--- [14] the reported instance's generation (-1 = no instance reported).
--- Health gate: a success whose instance shows an earlier generation than
--- the item's does not count as done (a status left from an earlier revision
--- never counts); the item waits, ambiguous, for a full report that shows it.
--- O(1): it reads two short field lists and touches a fixed number of
--- keys, never a scan. When the result empties its lane's current wave, it
--- says so, and the caller starts the lane's next wave at once with
--- next_wave.lua.
--- Returns {'ok', rollouts completed, next wave due 1|0, rollout, lane} or
--- {'unknown_attempt'|'wrong_node'|'stale_attempt'}.
-local node, aid = ARGV[4], ARGV[5]
-local class = ARGV[7]
-local a = redis.call('HMGET', k_a(aid), 'item', 'node', 'fence', 'state')
-if not a[1] then
-  return { 'unknown_attempt' }
-end
-if a[2] ~= node then
-  return { 'wrong_node' }
-end
-if a[3] ~= ARGV[6] or (a[4] ~= 'queued' and a[4] ~= 'delivered') then
-  return { 'stale_attempt' }
-end
-local it = load_item(a[1], COMPLETE_F)
-if it.status ~= 'in_progress' or it.last_attempt ~= aid then
-  return { 'stale_attempt' }
-end
-close_attempt(aid, node, a[4], 'done', class, 'exit_code', ARGV[8])
-local done = 0
-local igen = tonumber(ARGV[14]) or -1
-if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent'
-    and it.op ~= '1' then
-  set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success')
-  redis.call('SADD', P .. 'amb:' .. node, it.id)
-elseif class == 'success' then
-  done = finish(it, 'completed', '', 'last_class', 'success')
-  if ARGV[12] ~= '' then
-    redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[12])
-    redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[13])
-    redis.call('SADD', P .. 'obs_nodes', node)
+-- complete: the results of agents, in a batch. ARGV[4] backoff base ms,
+-- [5] backoff max ms, [6] delivery grace ms, [7] default action timeout
+-- ms, [8] scan limit, [9] result count n, then 9 fields per result: node,
+-- attempt id, attempt fence, class, exit code, jitter, observed instance
+-- json ("" = none), its updated_at (agent ms), its generation (-1 = no
+-- instance reported).
+-- Each result is checked against its attempt and item on its own, in
+-- order, exactly as if it came alone. Health gate: a success whose
+-- instance shows an earlier generation than the item's does not count as
+-- done (a status left from an earlier revision never counts); the item
+-- waits, ambiguous, for a full report that shows it.
+-- Then every lane a result touched whose current wave has nothing left in
+-- flight starts its next wave at once (lane_wave), so agents do not wait
+-- for the next Step: under the fence of the current lease, only while that
+-- lease is valid, only for an active rollout, and never when the wave
+-- would hold a windowed item (Step knows the windows and starts it then).
+-- Whether a rollout completed is looked at once per rollout, at the end.
+-- Returns {'ok', rollouts completed, attempts dispatched, events (as step
+-- returns them), {status per result: 'ok'|'unknown_attempt'|'wrong_node'|
+-- 'stale_attempt'}}.
+local BASE, MAXB = tonumber(ARGV[4]), tonumber(ARGV[5])
+WV.grace, WV.def_timeout, WV.limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local n = tonumber(ARGV[9])
+DEFER = {}
+local statuses = {}
+local lanes, touched = {}, {}
+
+local function result(b)
+  local node, aid, class = ARGV[b + 1], ARGV[b + 2], ARGV[b + 4]
+  local id = item_of(aid)
+  local it = id and load_item(id, COMPLETE_F)
+  if not it or not it.status or attempt_no(aid) > num(it.attempts) then
+    return 'unknown_attempt'
   end
-elseif class == 'transient' then
-  done = transient(it, tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]))
-else
-  done = finish(it, 'blocked', 'permanent_failure', 'last_class', 'permanent')
+  if it.node ~= node then
+    return 'wrong_node'
+  end
+  if it.status ~= 'in_progress' or it.last_attempt ~= aid or it.a_fence ~= ARGV[b + 3]
+      or (it.a_state ~= 'queued' and it.a_state ~= 'delivered') then
+    return 'stale_attempt'
+  end
+  -- the agent holds the attempt: a Poll popped it from the queue
+  close_attempt(it, aid, false, 'done', 'a_exit', ARGV[b + 5])
+  local igen = tonumber(ARGV[b + 9]) or -1
+  if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent'
+      and it.op ~= '1' then
+    set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success')
+    redis.call('SADD', P .. 'amb:' .. node, it.id)
+  elseif class == 'success' then
+    finish(it, 'completed', '', 'last_class', 'success')
+    if ARGV[b + 7] ~= '' then
+      redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[b + 7])
+      redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[b + 8])
+      redis.call('SADD', P .. 'obs_nodes', node)
+    end
+  elseif class == 'transient' then
+    transient(it, BASE, MAXB, tonumber(ARGV[b + 6]))
+  else
+    finish(it, 'blocked', 'permanent_failure', 'last_class', 'permanent')
+  end
+  local lk = it.rollout .. '\n' .. (it.managed_by or '')
+  if not lanes[lk] then
+    lanes[lk] = true
+    touched[#touched + 1] = { it.rollout, it.managed_by or '' }
+  end
+  return 'ok'
 end
--- the next wave is due when this result left the lane with nothing in
--- flight and something pending: the caller starts it (next_wave.lua), so
--- this script stays small and O(1) for the other results of the wave
-local due = 0
-if done == 0 and redis.call('SCARD', k_lf(it.rollout, it.managed_by)) == 0
-    and redis.call('ZCARD', k_lp(it.rollout, it.managed_by)) > 0 then
-  due = 1
+
+GATHER = { dl = {}, lf = {} }
+for i = 0, n - 1 do
+  statuses[#statuses + 1] = result(9 + i * 9)
+end
+gathered()
+GATHER = nil
+
+-- the next waves of the lanes these results emptied
+if #touched > 0 then
+  local lease = redis.call('HMGET', KEYS[2], 'fence', 'expires_at')
+  if lease[1] and lease[1] == redis.call('GET', KEYS[1]) and num(lease[2]) > NOW then
+    WV.fence = lease[1]
+    flush() -- the threshold reads the rollouts' counters
+    local rs = {}
+    for _, l in ipairs(touched) do
+      local r = rs[l[1]]
+      if not r then
+        r = hgetall(k_r(l[1]))
+        rs[l[1]] = r
+      end
+      if r.status == 'active' and lane_wave(l[1], r, l[2]) < 0 then
+        r.status = 'blocked' -- halted by the failure threshold: no other lane starts
+      end
+    end
+  end
+end
+
+local completed = 0
+local rids = {}
+for rid in pairs(DEFER) do
+  rids[#rids + 1] = rid
+end
+table.sort(rids)
+DEFER = nil
+for _, rid in ipairs(rids) do
+  if maybe_complete(rid) == 1 then
+    completed = completed + 1
+    event('completed', rid, '')
+  end
 end
 bump()
-return { 'ok', done, due, it.rollout, it.managed_by or '' }
+return { 'ok', completed, WV.dispatched, WV.events, statuses }

@@ -1,6 +1,6 @@
 -- create_rollout: ARGV[4] base id, [5] source json, [6] max_concurrent,
 -- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
--- [10] source user, [11] item count, [12] observed_at ms (0 = unknown),
+-- [10] source user, [11] item count, [12] observed version (0 = unknown),
 -- [13] window set count k, then k pairs (window set id, definition json),
 -- then 18 fields per item:
 -- node, block, action, generation, target_version, config_hash,
@@ -20,7 +20,7 @@ if not check_fence() then
 end
 local NF = 18
 local n = tonumber(ARGV[11])
-local observed_at = tonumber(ARGV[12]) or 0
+local observed = tonumber(ARGV[12]) or 0
 local nws = tonumber(ARGV[13])
 for i = 0, nws - 1 do
   -- content-addressed: the same id always holds the same definition
@@ -108,7 +108,7 @@ local function decide(inst, gen, hash, skip, op)
   elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
       and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
     return false -- needs a newer generation
-  elseif observed_at > 0 and num(inst.last_at) >= observed_at
+  elseif observed > 0 and num(inst.last_ver) > observed
       and num(inst.last_gen) >= gen then
     -- an item of this generation finished after the observations behind
     -- the plan were read: the plan is stale, the next one decides
@@ -191,7 +191,7 @@ for i = 0, n - 1 do
       redis.call('HSET', k_i(id), 'message', blocked)
       if ARGV[b + 18] ~= '1' then -- an operational item leaves the record alone
         redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
-          'last_gen', ARGV[b + 4], 'last_hash', hash, 'last_at', int(NOW))
+          'last_gen', ARGV[b + 4], 'last_hash', hash, 'last_at', int(NOW), 'last_ver', int(version_after()))
         redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
       end
     else

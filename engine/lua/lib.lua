@@ -56,7 +56,9 @@ local BUCKET = {
 
 local function k_r(rid) return P .. 'r:' .. rid end
 local function k_i(id) return P .. 'i:' .. id end
-local function k_a(aid) return P .. 'a:' .. aid end
+-- an attempt id is "<item id>.<n>"
+local function item_of(aid) return string.match(aid, '^(.+)%.%d+$') end
+local function attempt_no(aid) return tonumber(string.match(aid, '%.(%d+)$')) end
 local function k_inst(node, block) return P .. 'inst:' .. node .. ':' .. block end
 -- lanes: an item's lane is its managed_by ('' = the default lane)
 local function k_lanes(rid) return P .. 'r:' .. rid .. ':lanes' end
@@ -94,7 +96,22 @@ local function lp_rem(rid, lane, id)
   lane_count('p', lane, -redis.call('ZREM', k_lp(rid, lane), id))
 end
 
+-- GATHER, when a table, collects the removals from the in-flight sets and
+-- the deadlines of a script handling many results (complete.lua), written
+-- by gathered() in one command per key.
+local GATHER = nil
+
 local function lf_rem(rid, lane, id)
+  if GATHER then
+    local k = k_lf(rid, lane)
+    local l = GATHER.lf[k]
+    if not l then
+      l = { lane = lane }
+      GATHER.lf[k] = l
+    end
+    l[#l + 1] = id
+    return
+  end
   lane_count('f', lane, -redis.call('SREM', k_lf(rid, lane), id))
 end
 
@@ -178,19 +195,40 @@ local function outbox_item(it, status, reason)
     'generation', it.generation or '0')
 end
 
+-- version_after is the change counter this script leaves (it bumps it
+-- once, at its end): an instance records it with its last outcome, so a
+-- plan made on observations read before that outcome (ObservedVersion
+-- below it) is recognised as stale whatever the clocks say.
+local VERSION_AFTER = nil
+local function version_after()
+  if not VERSION_AFTER then
+    VERSION_AFTER = num(redis.call('GET', KEYS[3])) + 1
+  end
+  return VERSION_AFTER
+end
+
 local function bump()
   flush()
-  redis.call('INCR', KEYS[3])
+  local v = redis.call('INCR', KEYS[3])
+  if VERSION_AFTER and VERSION_AFTER > v then
+    redis.call('SET', KEYS[3], int(VERSION_AFTER)) -- never below what was recorded
+  end
 end
 
 -- Item fields the scripts use (HMGET: an item hash has some 30 fields and
 -- most transitions need a third of them).
 local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'target_version',
   'config_hash', 'desired_state', 'managed_by', 'one_shot', 'timeout_ms', 'wset', 'grp', 'req',
-  'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt', 'op' }
--- what a result needs (complete.lua: finish, transient, set_status)
+  'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt', 'op',
+  'a_state' }
+-- what a result needs (complete.lua: the attempt check, finish, transient,
+-- set_status)
 local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
-  'managed_by', 'status', 'retry_count', 'last_attempt', 'op' }
+  'managed_by', 'status', 'retry_count', 'attempts', 'last_attempt', 'op', 'a_fence', 'a_state' }
+-- what a wave scan needs of an item it may dispatch (a placement reject
+-- loads the rest)
+local ITEM_RUN_F = { 'rollout', 'node', 'managed_by', 'status', 'reason', 'retry_after', 'attempts',
+  'timeout_ms', 'wset', 'grp', 'req' }
 -- what a wave scan needs of an item it will not dispatch
 local ITEM_SCAN_F = { 'status', 'reason', 'retry_after', 'wset', 'grp' }
 
@@ -209,14 +247,22 @@ local function load_item(id, fields)
 end
 
 -- set_status moves an item to status new, keeping both counter sets exact;
--- extra field/value pairs of the item are written with it.
+-- extra field/value pairs of the item are written with it, and so are
+-- those close_attempt left in it.more.
 local function set_status(it, new, reason, ...)
   if it.status ~= new then
     count(it.rollout, it.status, -1, it.managed_by)
     count(it.rollout, new, 1, it.managed_by)
     it.status = new
   end
-  redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
+  local args = { k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ... }
+  if it.more then
+    for _, v in ipairs(it.more) do
+      args[#args + 1] = v
+    end
+    it.more = nil
+  end
+  redis.call('HSET', unpack(args))
 end
 
 -- maybe_complete marks an active rollout completed once every item is
@@ -251,8 +297,14 @@ local function leave(it)
   end
 end
 
+-- DEFER, when a table, collects the rollouts whose items finish instead of
+-- looking at once whether they completed: a script handling many results
+-- (complete.lua) then calls maybe_complete once per rollout at its end.
+local DEFER = nil
+
 -- finish moves an item to a terminal status, frees its block instance and
--- records the outcome there; returns 1 when that completed the rollout.
+-- records the outcome there; returns 1 when that completed the rollout
+-- (always 0 while DEFER is set).
 -- Extra field/value pairs of the item are written with its status.
 -- The payload (rendered config) goes with it: no attempt needs it any more.
 local function finish(it, status, reason, ...)
@@ -273,7 +325,12 @@ local function finish(it, status, reason, ...)
     -- alone: the last converging item's outcome still decides what the
     -- reconciler may re-create
     redis.call('HSET', ik, 'last_item', it.id, 'last_status', status,
-      'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW))
+      'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW),
+      'last_ver', int(version_after()))
+  end
+  if DEFER then
+    DEFER[it.rollout] = true
+    return 0
   end
   return maybe_complete(it.rollout)
 end
@@ -306,19 +363,55 @@ local function transient(it, base, maxb, jitter)
   return 0
 end
 
--- close_attempt records an attempt's end; the hash expires later (garbage
--- collection only: no logic depends on that TTL). An attempt never holds
--- the payload (Poll reads the item's, which goes when the item finishes),
--- so no rendered config outlives its attempt. Only a queued (never
--- delivered) attempt is still in its node's queue. Extra field/value pairs
--- of the attempt are written with its state.
-local function close_attempt(aid, node, old_state, state, class, ...)
-  local ak = k_a(aid)
-  redis.call('HSET', ak, 'state', state, 'class', class, 'finished_at', int(NOW), ...)
-  redis.call('PEXPIRE', ak, 604800000)
-  redis.call('ZREM', P .. 'deadlines', aid)
-  if old_state == 'queued' then
-    redis.call('LREM', P .. 'q:' .. node, 0, aid)
+-- q_take removes attempt aid from its node's queue, where it waits as
+-- "<aid>\n..." until a Poll pops it (a queue holds a handful of entries);
+-- returns true when it was there, i.e. never delivered.
+local function q_take(node, aid)
+  local q = P .. 'q:' .. node
+  local head = aid .. '\n'
+  for _, v in ipairs(redis.call('LRANGE', q, 0, -1)) do
+    if string.sub(v, 1, #head) == head then
+      redis.call('LREM', q, 0, v)
+      return true
+    end
+  end
+  return false
+end
+
+-- An attempt lives in its item: last_attempt is its id, a_fence,
+-- a_deadline, a_state (queued until it ends: done, expired, lost; or
+-- undelivered when a Poll popped it too late) and a_exit describe it, and
+-- the deadlines zset holds it while it is open. Every path that moves an
+-- item on closes its open attempt first, so an open attempt is always its
+-- item's last one.
+--
+-- close_attempt ends attempt aid of item it: out of the deadlines, out of
+-- its node's queue when queued says it may still wait there, and its
+-- state (with extra field/value pairs) left in it.more for the caller's
+-- next set_status (finish, transient) to write with the item's.
+local function close_attempt(it, aid, queued, state, ...)
+  it.more = { 'a_state', state, ... }
+  if GATHER then
+    GATHER.dl[#GATHER.dl + 1] = aid
+  else
+    redis.call('ZREM', P .. 'deadlines', aid)
+  end
+  if queued then
+    q_take(it.node, aid)
   end
 end
 
+-- gathered writes what GATHER collected (in chunks: unpack has limits)
+-- and keeps gathering.
+local function gathered()
+  local function each(l, f)
+    for i = 1, #l, 1000 do
+      f(unpack(l, i, math.min(i + 999, #l)))
+    end
+  end
+  each(GATHER.dl, function(...) redis.call('ZREM', P .. 'deadlines', ...) end)
+  for k, l in pairs(GATHER.lf) do
+    each(l, function(...) lane_count('f', l.lane, -redis.call('SREM', k, ...)) end)
+  end
+  GATHER.dl, GATHER.lf = {}, {}
+end

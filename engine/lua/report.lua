@@ -40,10 +40,7 @@ for _, id in ipairs(amb) do
   if it.status ~= 'ambiguous' then
     redis.call('SREM', P .. 'amb:' .. node, id)
   else
-    local disp = num(redis.call('HGET', k_a(it.last_attempt), 'dispatched_at'))
-    if disp == 0 then
-      disp = num(it.dispatched_at)
-    end
+    local disp = num(it.dispatched_at)
     if sent > disp then
       local inst = seen[it.block]
       local done

@@ -8,6 +8,7 @@ if not check_fence() then
   return { 'stale_fence' }
 end
 WV.grace = tonumber(ARGV[4])
+WV.peek = true
 local BASE = tonumber(ARGV[5])
 local MAXB = tonumber(ARGV[6])
 WV.def_timeout = tonumber(ARGV[7])
@@ -42,24 +43,29 @@ local expired, completed = 0, 0
 -- 1. attempts past their deadline
 local due = redis.call('ZRANGEBYSCORE', P .. 'deadlines', '-inf', int(NOW), 'LIMIT', 0, LIMIT)
 for _, aid in ipairs(due) do
-  local a = hgetall(k_a(aid))
-  local it = load_item(a.item or '')
+  local it = load_item(item_of(aid) or '')
   expired = expired + 1
   if it.status == 'in_progress' and it.last_attempt == aid then
-    if a.state == 'queued' then
+    -- still queued (no Poll popped it), or popped too late (Poll marks it
+    -- undelivered): never delivered
+    if it.a_state == 'undelivered' or (it.a_state == 'queued' and q_take(it.node, aid)) then
       -- never delivered: the agent is offline, a transient failure
-      close_attempt(aid, a.node, a.state, 'expired', 'lost')
+      close_attempt(it, aid, false, 'expired')
       completed = completed + transient(it, BASE, MAXB, jitter())
       event('undelivered', it.rollout, it.id)
     else
       -- delivered, no result: never replay blindly, wait for a report
-      close_attempt(aid, a.node, a.state, 'lost', 'lost')
+      close_attempt(it, aid, false, 'lost')
       set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost')
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id)
     end
   else
-    close_attempt(aid, a.node or '', a.state, 'expired', 'lost')
+    -- its item moved on (cannot happen: every move closes the attempt)
+    redis.call('ZREM', P .. 'deadlines', aid)
+    if it.node then
+      q_take(it.node, aid)
+    end
   end
 end
 

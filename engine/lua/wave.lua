@@ -7,8 +7,11 @@
 -- window states (id -> 0 open, else next opening ms, -1 unknown; nil = the
 -- caller was not told any: a windowed item then leaves the wave to Step),
 -- the fence new attempts carry and the scan limit.
+-- peek says the caller (Step) also records why the next in line of a lane
+-- wait; a result's script (complete) only starts waves, so that the
+-- critical path between two waves holds no more than the new wave.
 local WV = { grace = 0, def_timeout = 600000, win = nil, fence = FENCE, limit = 1000,
-  dispatched = 0, touched = 0, completed = 0, events = {} }
+  peek = false, dispatched = 0, touched = 0, completed = 0, events = {} }
 
 local function event(kind, rid, detail)
   WV.events[#WV.events + 1] = { kind, rid, detail }
@@ -49,7 +52,7 @@ end
 -- Set and sorted-set updates of dispatches are gathered and written by
 -- dispatched() in one command per key, not one per item: a wave of 200
 -- writes the deadlines, the lane's pending zset and in-flight set once.
-local DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {} }
+local DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {}, ready = {} }
 
 local function dq_add(t, key, ...)
   local l = t[key]
@@ -63,10 +66,13 @@ local function dq_add(t, key, ...)
 end
 
 -- dispatch starts a new attempt of a pending or retrying item, queued for
--- its node. The attempt holds what the agent needs except the payload,
--- which Poll reads from the item (ip:<item>) when it delivers it. The
--- caller calls dispatched() before anything reads the deadlines, retry,
--- pending or in-flight sets again.
+-- its node as the agent will receive it: "<attempt id>\n<fence>\n<deadline
+-- ms>\n" followed by the item's attempt template (ip:<item>: the fields
+-- and payload every attempt of the item shares). A Poll delivers it by
+-- popping it (BLPOP), so an attempt still in its node's queue is one never
+-- delivered. The item records the attempt (see close_attempt). The caller
+-- calls dispatched() before anything reads the deadlines, retry, pending or
+-- in-flight sets again.
 local function dispatch(it, wave)
   local n = num(it.attempts) + 1
   local aid = it.id .. '.' .. n
@@ -74,23 +80,11 @@ local function dispatch(it, wave)
   if tmo <= 0 then
     tmo = WV.def_timeout
   end
-  local deadline = NOW + tmo + WV.grace
-  redis.call('HSET', k_a(aid), 'id', aid, 'item', it.id, 'rollout', it.rollout,
-    'node', it.node, 'block', it.block, 'action', it.action, 'generation', it.generation,
-    'target_version', it.target_version or '', 'config_hash', it.config_hash or '',
-    'desired_state', it.desired_state or '', 'managed_by', it.managed_by or '',
-    'fence', WV.fence, 'deadline', int(deadline), 'dispatched_at', int(NOW),
-    'state', 'queued')
-  redis.call('RPUSH', P .. 'q:' .. it.node, aid)
-  -- wake a Poll blocked on the node (BLPOP): one token is enough, and one
-  -- left over only costs a waiter an extra look at its queue; the TTL is
-  -- garbage collection only (the token is useless once the attempt is due)
-  local wk = P .. 'wake:' .. it.node
-  if redis.call('RPUSH', wk, '1') > 1 then
-    redis.call('LTRIM', wk, 0, 0)
-  end
-  redis.call('PEXPIRE', wk, int(tmo + WV.grace))
-  dq_add(DQ.deadlines, P .. 'deadlines', int(deadline), aid)
+  local deadline = int(NOW + tmo + WV.grace)
+  local tpl = redis.call('GET', P .. 'ip:' .. it.id) or '{}'
+  redis.call('RPUSH', P .. 'q:' .. it.node, aid .. '\n' .. WV.fence .. '\n' .. deadline .. '\n' .. tpl)
+  DQ.ready[#DQ.ready + 1] = it.node
+  dq_add(DQ.deadlines, P .. 'deadlines', deadline, aid)
   if it.status == 'pending' then
     local lp, lf = k_lp(it.rollout, it.managed_by), k_lf(it.rollout, it.managed_by)
     dq_add(DQ.lp, lp, it.id)
@@ -100,16 +94,16 @@ local function dispatch(it, wave)
     dq_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
   end
   if wave then
-    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
-      'dispatched_at', int(NOW), 'retry_after', '0', 'wave', int(wave))
-  else
-    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
-      'dispatched_at', int(NOW), 'retry_after', '0')
+    it.more = { 'wave', int(wave) }
   end
+  set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
+    'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_deadline', deadline,
+    'a_state', 'queued')
   WV.dispatched = WV.dispatched + 1
 end
 
--- dispatched writes what dispatch gathered, in chunks (unpack has limits).
+-- dispatched writes what dispatch gathered, in chunks (unpack has limits),
+-- and publishes the nodes it queued for.
 local function dispatched()
   for cmd, t in pairs({ ZADD = DQ.deadlines, ZREM = DQ.lp, SADD = DQ.lf, ZREM_R = DQ.retry }) do
     if cmd == 'ZREM_R' then
@@ -127,7 +121,11 @@ local function dispatched()
       end
     end
   end
-  DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {} }
+  -- announce the queued nodes to the waiting Polls (deliver.go), once
+  if #DQ.ready > 0 then
+    redis.call('PUBLISH', P .. 'ready', table.concat(DQ.ready, '\n'))
+  end
+  DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {}, ready = {} }
 end
 
 -- Placement. A node's capabilities and data addresses come from its last
@@ -205,30 +203,46 @@ end
 -- against max_concurrent; one larger than max_concurrent runs alone in its
 -- wave) or waits; an item or group whose nodes do not advertise its
 -- requirements is blocked (placement_rejected) before any attempt exists.
+-- With WV.peek it also records why the next in line wait (lane_full,
+-- maintenance_window), and does so once per wave for a lane whose wave is
+-- in flight (r:<id>:peek holds the lane's wave last looked at), so a wave
+-- started by a result gets its reasons from the next Step.
 -- The scan is decided first and applied after, so a caller without window
--- states (next_wave) changes nothing when it meets a windowed item.
+-- states (complete) changes nothing when it meets a windowed item.
 -- Returns -1 when the failure threshold halted the rollout, else the number
 -- of items dispatched.
 local function lane_wave(rid, r, lane)
   local rk = k_r(rid)
   local lp, lf = k_lp(rid, lane), k_lf(rid, lane)
-  if redis.call('SCARD', lf) ~= 0 or redis.call('ZCARD', lp) == 0 then
+  if redis.call('ZCARD', lp) == 0 then
     return 0
-  end
-  -- the threshold counts failures since the last resume
-  local thr = num(r.failure_threshold_percent)
-  local failed = num(r.c_failed) - num(r.thr_failed0)
-  local base = num(r.c_total) - num(r.thr_total0)
-  if thr > 0 and failed * 100 > thr * base then
-    redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', int(NOW))
-    redis.call('ZREM', P .. 'active', rid)
-    outbox_rollout(rid, 'blocked', 'failure_threshold')
-    event('halted', rid, 'failure_threshold')
-    return -1
   end
   local mc = num(r.max_concurrent)
   if mc < 1 then
     mc = 1
+  end
+  local cap = mc -- how many items may start
+  if redis.call('SCARD', lf) ~= 0 then
+    if not WV.peek then
+      return 0
+    end
+    local cur = redis.call('HGET', k_lanes(rid), lane) or '0'
+    if redis.call('HGET', rk .. ':peek', lane) == cur then
+      return 0
+    end
+    cap = 0 -- a wave is in flight: only the reasons of the next in line
+  else
+    -- the threshold counts failures since the last resume
+    local thr = num(r.failure_threshold_percent)
+    local failed = num(r.c_failed) - num(r.thr_failed0)
+    local base = num(r.c_total) - num(r.thr_total0)
+    if thr > 0 and failed * 100 > thr * base then
+      redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', int(NOW))
+      redis.call('ZREM', P .. 'active', rid)
+      outbox_rollout(rid, 'blocked', 'failure_threshold')
+      event('halted', rid, 'failure_threshold')
+      return -1
+    end
   end
   local plan = {} -- {'run', items} | {'wait', items, reason, ats} | {'reject', items}
   local started, peeked = 0, 0
@@ -256,7 +270,10 @@ local function lane_wave(rid, r, lane)
     end
     -- an item this wave cannot start any more needs only what decides
     -- its reason
-    local it = load_item(id, started < mc and ITEM_F or ITEM_SCAN_F)
+    if started >= cap and cap > 0 and not WV.peek then
+      break -- the wave is full and the next in line are left to Step
+    end
+    local it = load_item(id, started < cap and ITEM_RUN_F or ITEM_SCAN_F)
     local unit = nil
     if it.status ~= 'pending' then
       lp_rem(rid, lane, id) -- not pending any more: heal
@@ -294,7 +311,7 @@ local function lane_wave(rid, r, lane)
           ats[i] = ats[i] or 0
         end
         plan[#plan + 1] = { 'wait', unit, 'maintenance_window', ats }
-      elseif started + k <= mc or (started == 0 and k > mc) then
+      elseif cap > 0 and (started + k <= cap or (started == 0 and k > cap)) then
         local reqs = unit.reqs or requires_of(unit[1])
         local ok = true
         for _, m in ipairs(unit) do
@@ -333,11 +350,17 @@ local function lane_wave(rid, r, lane)
   for _, p in ipairs(plan) do
     if p[1] == 'reject' then
       for _, m in ipairs(p[2]) do
+        if not m.block then
+          m = load_item(m.id) -- finish needs the whole item
+        end
         WV.completed = WV.completed + finish(m, 'blocked', 'placement_rejected')
         WV.touched = WV.touched + 1
         event('placement_rejected', rid, m.id)
       end
     end
+  end
+  if WV.peek then
+    redis.call('HSET', rk .. ':peek', lane, int(started > 0 and wave or wave - 1))
   end
   if started > 0 then
     redis.call('HSET', k_lanes(rid), lane, int(wave))

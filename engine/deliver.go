@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Delivery. Attempts wait in their node's queue (q:<node>), each as the
+// agent will receive it; popping one delivers it. A Poll that finds its
+// queue empty waits in memory, holding no Redis connection: every script
+// that queues attempts publishes the nodes it queued for on the channel
+// "fw{p}:ready", once per script, and one subscriber per Engine (the
+// mux) claims the waiting Polls of those nodes and pops their queues in a
+// single pipeline. A wave of 200 attempts thus costs one message and one
+// round trip to hand out, whatever the number of agents waiting.
+//
+// Nothing is lost to the mux: a Poll registers before it looks at its
+// queue, so an attempt queued before it registered is found by that look
+// and one queued after is announced to it; when the subscription
+// (re)starts every waiting Poll is claimed and its queue looked at, since
+// messages published while it was down are gone. A claimed Poll whose
+// caller gave up still takes what was popped for it, so a popped attempt
+// is always handed out (or marked undelivered when past its deadline).
+
+// muxIdle is how long the mux keeps its subscription without any waiting
+// Poll before it ends (it starts again with the next one).
+const muxIdle = 30 * time.Second
+
+// muxRetry is the pause before the mux subscribes again after an error.
+const muxRetry = 500 * time.Millisecond
+
+// waiter is a Poll waiting for its node's queue.
+type waiter struct {
+	node string
+	max  int
+	// got receives what the mux popped for the claimed waiter (nil and
+	// err when the pop failed: the waiter then looks itself); capacity 1.
+	got chan popped
+}
+
+// popped is what the mux popped for a waiter.
+type popped struct {
+	raw []string
+	err error
+}
+
+// mux is the Engine's delivery multiplexer (see above).
+type mux struct {
+	mu      sync.Mutex
+	waiters map[string][]*waiter // by node, oldest first
+	n       int                  // waiters in the map
+	running bool                 // the subscriber goroutine runs
+}
+
+// register adds a waiting Poll and starts the subscriber when needed.
+func (e *Engine) register(w *waiter) {
+	m := &e.mux
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waiters == nil {
+		m.waiters = map[string][]*waiter{}
+	}
+	m.waiters[w.node] = append(m.waiters[w.node], w)
+	m.n++
+	if !m.running {
+		m.running = true
+		go e.subscribe()
+	}
+}
+
+// unregister removes w unless the mux claimed it; it reports whether it
+// did (false: a pop for w is under way and will arrive on w.got).
+func (e *Engine) unregister(w *waiter) bool {
+	m := &e.mux
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ws := m.waiters[w.node]
+	for i, x := range ws {
+		if x == w {
+			m.waiters[w.node] = append(ws[:i:i], ws[i+1:]...)
+			if len(m.waiters[w.node]) == 0 {
+				delete(m.waiters, w.node)
+			}
+			m.n--
+			return true
+		}
+	}
+	return false
+}
+
+// claim takes the oldest waiting Poll of each node (every waiting Poll
+// when nodes is nil) out of the map.
+func (e *Engine) claim(nodes []string) []*waiter {
+	m := &e.mux
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*waiter
+	take := func(node string, all bool) {
+		ws := m.waiters[node]
+		if len(ws) == 0 {
+			return
+		}
+		k := 1
+		if all {
+			k = len(ws)
+		}
+		out = append(out, ws[:k]...)
+		if k == len(ws) {
+			delete(m.waiters, node)
+		} else {
+			m.waiters[node] = ws[k:]
+		}
+		m.n -= k
+	}
+	if nodes == nil {
+		for node := range m.waiters {
+			take(node, true)
+		}
+		return out
+	}
+	for _, node := range nodes {
+		take(node, false)
+	}
+	return out
+}
+
+// popFor pops the queues of claimed waiters in one pipeline and hands each
+// its share.
+func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
+	if len(ws) == 0 {
+		return
+	}
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(ws))
+	for i, w := range ws {
+		cmds[i] = pipe.LPopCount(ctx, e.key("q", w.node), w.max)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, w := range ws {
+		raw, err := cmds[i].Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		w.got <- popped{raw, err}
+	}
+}
+
+// subscribe is the mux: it follows the ready channel and hands out what
+// the announced queues hold, until no Poll has waited for muxIdle.
+func (e *Engine) subscribe() {
+	ctx := context.Background()
+	channel := e.key("ready")
+	for {
+		ps := e.rdb.Subscribe(ctx, channel)
+		err := e.follow(ctx, ps)
+		_ = ps.Close()
+		if err == nil {
+			return // idle: ended
+		}
+		e.log.Warn().Err(err).Msg("delivery subscription lost; subscribing again")
+		// whatever was announced meanwhile is found when the subscription
+		// is confirmed again (every waiter is looked at)
+		t := time.NewTimer(muxRetry)
+		<-t.C
+		if e.muxDone() {
+			return
+		}
+	}
+}
+
+// follow reads ps until it fails (the error) or the mux ends for lack of
+// waiters (nil).
+func (e *Engine) follow(ctx context.Context, ps *redis.PubSub) error {
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, muxIdle)
+		if err != nil {
+			var nerr interface{ Timeout() bool }
+			if errors.As(err, &nerr) && nerr.Timeout() {
+				if e.muxDone() {
+					return nil
+				}
+				continue
+			}
+			return err
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				// announcements made before this are gone: look at every
+				// waiting Poll's queue
+				e.popFor(ctx, e.claim(nil))
+			}
+		case *redis.Message:
+			e.popFor(ctx, e.claim(strings.Split(m.Payload, "\n")))
+		case *redis.Pong:
+		}
+	}
+}
+
+// muxDone ends the mux when no Poll waits; it reports whether it did.
+func (e *Engine) muxDone() bool {
+	m := &e.mux
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n > 0 {
+		return false
+	}
+	m.running = false
+	return true
+}
