@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -159,8 +160,14 @@ func (e *Engine) subscribe() {
 		ps := e.rdb.Subscribe(ctx, channel)
 		err := e.follow(ctx, ps)
 		_ = ps.Close()
-		if err == nil {
+		if err == nil || e.muxDone() {
 			return // idle: ended
+		}
+		if errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed) {
+			// the client was closed (shutdown): the waiting Polls fail on
+			// their own
+			e.muxStop()
+			return
 		}
 		e.log.Warn().Err(err).Msg("delivery subscription lost; subscribing again")
 		// whatever was announced meanwhile is found when the subscription
@@ -200,6 +207,13 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub) error {
 		case *redis.Pong:
 		}
 	}
+}
+
+// muxStop ends the mux whatever waits (the next waiting Poll starts it).
+func (e *Engine) muxStop() {
+	e.mux.mu.Lock()
+	e.mux.running = false
+	e.mux.mu.Unlock()
 }
 
 // muxDone ends the mux when no Poll waits; it reports whether it did.
