@@ -30,12 +30,12 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 	var wall clock.Real
 	end := wall.Now().Add(wait)
 	q := e.key("q", node)
-	for first := true; ; first = false {
+	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		var w *waiter
-		if !first {
+		if wait > 0 {
 			// registered before looking: an attempt queued after the look
 			// is announced to it
 			w = &waiter{node: node, max: max, got: make(chan popped, 1)}
@@ -179,8 +179,6 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	return nil
 }
 
-var batchHook func(int, time.Time, time.Duration)
-
 // completeBatch bounds the results of one complete script.
 const completeBatch = 256
 
@@ -239,11 +237,7 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 	for _, c := range batch {
 		args = append(args, c.args...)
 	}
-	t0 := time.Now()
 	status, rest, err := e.run(ctx, "complete", "", e.nowMS(), args...)
-	if batchHook != nil {
-		batchHook(len(batch), t0, time.Since(t0))
-	}
 	if err == nil && (status != "ok" || len(rest) < 4) {
 		err = fmt.Errorf("complete: unexpected reply %q", status)
 	}

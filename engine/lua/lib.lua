@@ -121,6 +121,8 @@ local RSTAT = {} -- rollout id -> {status, c_pending, c_in_progress} as of the l
 -- the others and written once per script
 local LCOUNT = {}
 
+local LKEY = {} -- lane -> bucket -> '<bucket>:<lane>'
+
 local function count(rid, status, delta, lane)
   local b = BUCKET[status]
   local d = DELTA[rid]
@@ -130,7 +132,16 @@ local function count(rid, status, delta, lane)
   end
   d[b] = (d[b] or 0) + delta
   FLEET[b] = (FLEET[b] or 0) + delta
-  local lf = b .. ':' .. (lane or '')
+  local lk = LKEY[lane or '']
+  if not lk then
+    lk = {}
+    LKEY[lane or ''] = lk
+  end
+  local lf = lk[b]
+  if not lf then
+    lf = b .. ':' .. (lane or '')
+    lk[b] = lf
+  end
   LCOUNT[lf] = (LCOUNT[lf] or 0) + delta
 end
 
@@ -255,13 +266,15 @@ local function set_status(it, new, reason, ...)
     count(it.rollout, new, 1, it.managed_by)
     it.status = new
   end
-  local args = { k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ... }
-  if it.more then
-    for _, v in ipairs(it.more) do
-      args[#args + 1] = v
-    end
-    it.more = nil
+  if not it.more then
+    redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
+    return
   end
+  local args = { k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ... }
+  for _, v in ipairs(it.more) do
+    args[#args + 1] = v
+  end
+  it.more = nil
   redis.call('HSET', unpack(args))
 end
 

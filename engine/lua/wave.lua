@@ -54,14 +54,15 @@ end
 -- writes the deadlines, the lane's pending zset and in-flight set once.
 local DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {}, ready = {} }
 
-local function dq_add(t, key, ...)
+local function dq_add(t, key, a, b)
   local l = t[key]
   if not l then
     l = {}
     t[key] = l
   end
-  for _, v in ipairs({ ... }) do
-    l[#l + 1] = v
+  l[#l + 1] = a
+  if b then
+    l[#l + 1] = b
   end
 end
 
@@ -94,11 +95,14 @@ local function dispatch(it, wave)
     dq_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
   end
   if wave then
-    it.more = { 'wave', int(wave) }
+    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
+      'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_deadline', deadline,
+      'a_state', 'queued', 'wave', int(wave))
+  else -- a retry stays in its wave
+    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
+      'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_deadline', deadline,
+      'a_state', 'queued')
   end
-  set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
-    'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_deadline', deadline,
-    'a_state', 'queued')
   WV.dispatched = WV.dispatched + 1
 end
 
