@@ -58,6 +58,13 @@ type mux struct {
 	running bool                 // the subscriber goroutine runs
 }
 
+// WaitingPolls returns how many Polls wait for their queue on this Engine.
+func (e *Engine) WaitingPolls() int {
+	e.mux.mu.Lock()
+	defer e.mux.mu.Unlock()
+	return e.mux.n
+}
+
 // register adds a waiting Poll and starts the subscriber when needed.
 func (e *Engine) register(w *waiter) {
 	m := &e.mux
@@ -156,9 +163,15 @@ func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
 func (e *Engine) subscribe() {
 	ctx := context.Background()
 	channel := e.key("ready")
+	lost := false // logged once per outage
 	for {
 		ps := e.rdb.Subscribe(ctx, channel)
-		err := e.follow(ctx, ps)
+		err := e.follow(ctx, ps, func() {
+			if lost {
+				lost = false
+				e.log.Info().Msg("delivery subscription restored")
+			}
+		})
 		_ = ps.Close()
 		if err == nil || e.muxDone() {
 			return // idle: ended
@@ -169,7 +182,12 @@ func (e *Engine) subscribe() {
 			e.muxStop()
 			return
 		}
-		e.log.Warn().Err(err).Msg("delivery subscription lost; subscribing again")
+		if !lost {
+			lost = true
+			e.log.Warn().Err(err).Msg("delivery subscription lost; subscribing again")
+		} else {
+			e.log.Debug().Err(err).Msg("delivery subscription still down")
+		}
 		// whatever was announced meanwhile is found when the subscription
 		// is confirmed again (every waiter is looked at)
 		t := time.NewTimer(muxRetry)
@@ -181,8 +199,8 @@ func (e *Engine) subscribe() {
 }
 
 // follow reads ps until it fails (the error) or the mux ends for lack of
-// waiters (nil).
-func (e *Engine) follow(ctx context.Context, ps *redis.PubSub) error {
+// waiters (nil); subscribed is called when the subscription is confirmed.
+func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, subscribed func()) error {
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, muxIdle)
 		if err != nil {
@@ -198,6 +216,7 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub) error {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
+				subscribed()
 				// announcements made before this are gone: look at every
 				// waiting Poll's queue
 				e.popFor(ctx, e.claim(nil))

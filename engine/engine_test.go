@@ -736,7 +736,11 @@ func TestDeliveryMux(t *testing.T) {
 					got <- result{node, as, err}
 				}()
 			}
-			time.Sleep(300 * time.Millisecond) // every poll waits (none holds a connection)
+			for deadline := time.Now().Add(5 * time.Second); h.e.WaitingPolls() != n; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d polls wait, want %d", h.e.WaitingPolls(), n)
+				}
+			}
 			start := time.Now()
 			if res := h.step(); res.Dispatched != n {
 				t.Fatalf("dispatched %d", res.Dispatched)
@@ -749,6 +753,9 @@ func TestDeliveryMux(t *testing.T) {
 			}
 			if took := time.Since(start); took > 5*time.Second {
 				t.Fatalf("the polls took %v to get their attempts: not woken by the dispatch", took)
+			}
+			if w := h.e.WaitingPolls(); w != 0 {
+				t.Fatalf("%d polls still counted as waiting", w)
 			}
 		})
 	})

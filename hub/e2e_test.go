@@ -140,7 +140,7 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			metrics := httpGet(t, "http://"+f.hub.Addr()+"/metrics")
 			readsBefore := metricValue(t, metrics, "fleetwave_status_rollout_reads_total")
 			for _, want := range []string{`fleetwave_lane_items{lane="web",state="in_flight"} 0`, `fleetwave_lane_items{lane="web",state="pending"} 0`,
-				"fleetwave_outbox_events 0", `fleetwave_items{bucket="done"} 3`, `fleetwave_lane_counters{bucket="done",lane="web"} 3`, "fleetwave_status_rollout_reads_total "} {
+				"fleetwave_outbox_events 0", `fleetwave_items{bucket="done"} 3`, `fleetwave_lane_counters{bucket="done",lane="web"} 3`, "fleetwave_status_rollout_reads_total ", "fleetwave_polls_waiting "} {
 				if !strings.Contains(metrics, want) {
 					t.Fatalf("/metrics lacks %s", want)
 				}

@@ -54,6 +54,7 @@ var (
 	laneDesc  = prometheus.NewDesc("fleetwave_lane_items", "Queue depth per lane (owner): items pending and in flight.", []string{"lane", "state"}, nil)
 	laneCount = prometheus.NewDesc("fleetwave_lane_counters", "Items per lane (owner) by dashboard bucket, over all rollouts.", []string{"lane", "bucket"}, nil)
 	outboxLen = prometheus.NewDesc("fleetwave_outbox_events", "Transitions recorded for Git status and not yet delivered.", nil, nil)
+	waiting   = prometheus.NewDesc("fleetwave_polls_waiting", "Agents' long polls waiting on this hub for an attempt (they hold no Redis connection).", nil, nil)
 )
 
 func (c *itemsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -61,9 +62,11 @@ func (c *itemsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- laneDesc
 	ch <- laneCount
 	ch <- outboxLen
+	ch <- waiting
 }
 
 func (c *itemsCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(waiting, prometheus.GaugeValue, float64(c.h.eng.WaitingPolls()))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	cnt, err := c.h.eng.Counters(ctx)
