@@ -35,15 +35,21 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 			return nil, err
 		}
 		var w *waiter
+		look := true
 		if wait > 0 {
 			// registered before looking: an attempt queued after the look
-			// is announced to it
+			// is announced to it (and it looks only when the mux may have
+			// missed one)
 			w = &waiter{node: node, max: max, got: make(chan popped, 1)}
-			e.register(w)
+			look = e.register(w)
 		}
-		raw, err := e.rdb.LPopCount(ctx, q, max).Result()
-		if errors.Is(err, redis.Nil) {
-			err = nil
+		var raw []string
+		var err error
+		if look {
+			raw, err = e.rdb.LPopCount(ctx, q, max).Result()
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
 		}
 		if w != nil && len(raw) == 0 && err == nil {
 			t := time.NewTimer(end.Sub(wall.Now()))

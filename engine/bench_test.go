@@ -189,7 +189,7 @@ func TestBenchReport(t *testing.T) {
 	mrdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { _ = mrdb.Close() })
 	ms, ideal := makespan(t, mrdb, 10000, msMC, 100*time.Millisecond)
-	row("makespan 10,000 items, max_concurrent 200, 100 ms actions", fmt.Sprintf("%v (ideal %v, %.2fx)", ms.Round(time.Millisecond), ideal, ms.Seconds()/ideal.Seconds()))
+	row("makespan 10,000 nodes, max_concurrent 200, 100 ms actions", fmt.Sprintf("%v (ideal %v, %.2fx)", ms.Round(time.Millisecond), ideal, ms.Seconds()/ideal.Seconds()))
 
 	// 3. the same server under redis-benchmark
 	if bin, err := exec.LookPath("redis-benchmark"); err == nil {
@@ -212,10 +212,11 @@ func TestBenchReport(t *testing.T) {
 	t.Log(sb.String())
 }
 
-// makespan runs a rollout of n items (one per node, one lane) with
-// max_concurrent mc, whose agents each take action to answer, on the real
-// clock; it returns the time to completion and the ideal n/mc*action. The
-// agents long-poll like the real agent.
+// makespan runs a rollout of n items on n nodes (one lane) with
+// max_concurrent mc, whose n agents each take action to answer, on the real
+// clock; it returns the time from creation to completion and the ideal
+// n/mc*action. The agents long-poll like the real agent (its default wait)
+// and all wait before the rollout is created.
 func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Duration) (time.Duration, time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -227,20 +228,14 @@ func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	// mc nodes with n/mc blocks each: every wave has one item per node
-	id, _, err := e.CreateRollout(ctx, fence, benchSpec("ms", n, mc, mc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
 	var wg sync.WaitGroup
-	for node := range mc {
+	for node := range n {
 		wg.Add(1)
 		go func() { // one agent per node: long polls, one attempt at a time
 			defer wg.Done()
 			name := fmt.Sprintf("n%d", node)
 			for ctx.Err() == nil {
-				as, err := e.Poll(ctx, name, 1, 2*time.Second)
+				as, err := e.Poll(ctx, name, 16, agentPollWait) // as the agent asks the hub
 				if ctx.Err() != nil {
 					return
 				}
@@ -259,6 +254,18 @@ func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Du
 			}
 		}()
 	}
+	// every agent waits before the rollout exists, as a connected fleet does
+	for deadline := time.Now().Add(time.Minute); e.WaitingPolls() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d agents wait", e.WaitingPolls(), n)
+		}
+	}
+	// n nodes, one item each
+	id, _, err := e.CreateRollout(ctx, fence, benchSpec("ms", n, n, mc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
 	// the hub steps every StepInterval (default 200 ms); waves start from
 	// the result that empties the previous one, not from Step. The end is
 	// looked for every 5 ms so the figure is exact to 5 ms.
@@ -284,6 +291,9 @@ func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Du
 	wg.Wait()
 	return elapsed, time.Duration(n/mc) * action
 }
+
+// agentPollWait is the agent's default long-poll wait (agent.DefaultPollWait).
+const agentPollWait = 10 * time.Second
 
 // hubStepInterval is the hub's default step_interval (hub/config.go).
 const hubStepInterval = 200 * time.Millisecond

@@ -20,13 +20,18 @@ import (
 // single pipeline. A wave of 200 attempts thus costs one message and one
 // round trip to hand out, whatever the number of agents waiting.
 //
-// Nothing is lost to the mux: a Poll registers before it looks at its
-// queue, so an attempt queued before it registered is found by that look
-// and one queued after is announced to it; when the subscription
-// (re)starts every waiting Poll is claimed and its queue looked at, since
-// messages published while it was down are gone. A claimed Poll whose
-// caller gave up still takes what was popped for it, so a popped attempt
-// is always handed out (or marked undelivered when past its deadline).
+// Nothing is lost to the mux, and a waiting agent costs Redis nothing: a
+// Poll registers, and looks at its queue itself only when the mux may
+// have missed an announcement for its node: the subscription is not
+// confirmed yet, the node was not looked at since it was (each
+// confirmation starts a new epoch), or an announcement came while no Poll
+// of the node waited (unclaimed). Any other attempt is queued after the
+// node's last look, so its announcement reaches the mux. When the
+// subscription (re)starts every waiting Poll is claimed and its queue
+// looked at, since messages published while it was down are gone. A
+// claimed Poll whose caller gave up still takes what was popped for it,
+// so a popped attempt is always handed out (or marked undelivered when
+// past its deadline).
 
 // muxIdle is how long the mux keeps its subscription without any waiting
 // Poll before it ends (it starts again with the next one).
@@ -52,10 +57,14 @@ type popped struct {
 
 // mux is the Engine's delivery multiplexer (see above).
 type mux struct {
-	mu      sync.Mutex
-	waiters map[string][]*waiter // by node, oldest first
-	n       int                  // waiters in the map
-	running bool                 // the subscriber goroutine runs
+	mu         sync.Mutex
+	waiters    map[string][]*waiter // by node, oldest first
+	n          int                  // waiters in the map
+	running    bool                 // the subscriber goroutine runs
+	subscribed bool                 // its subscription is confirmed
+	epoch      int                  // confirmations so far
+	looked     map[string]int       // node -> epoch its queue was last looked at in
+	unclaimed  map[string]bool      // nodes announced while none of their Polls waited
 }
 
 // WaitingPolls returns how many Polls wait for their queue on this Engine.
@@ -65,13 +74,16 @@ func (e *Engine) WaitingPolls() int {
 	return e.mux.n
 }
 
-// register adds a waiting Poll and starts the subscriber when needed.
-func (e *Engine) register(w *waiter) {
+// register adds a waiting Poll and starts the subscriber when needed; it
+// reports whether the Poll must look at its queue itself (see above).
+func (e *Engine) register(w *waiter) bool {
 	m := &e.mux
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.waiters == nil {
 		m.waiters = map[string][]*waiter{}
+		m.looked = map[string]int{}
+		m.unclaimed = map[string]bool{}
 	}
 	m.waiters[w.node] = append(m.waiters[w.node], w)
 	m.n++
@@ -79,6 +91,14 @@ func (e *Engine) register(w *waiter) {
 		m.running = true
 		go e.subscribe()
 	}
+	if m.subscribed && m.looked[w.node] == m.epoch && !m.unclaimed[w.node] {
+		return false
+	}
+	if m.subscribed {
+		m.looked[w.node] = m.epoch
+	}
+	delete(m.unclaimed, w.node)
+	return true
 }
 
 // unregister removes w unless the mux claimed it; it reports whether it
@@ -132,9 +152,33 @@ func (e *Engine) claim(nodes []string) []*waiter {
 		return out
 	}
 	for _, node := range nodes {
+		if len(m.waiters[node]) == 0 {
+			m.unclaimed[node] = true // the node's next Poll looks
+			continue
+		}
 		take(node, false)
 	}
 	return out
+}
+
+// confirmed starts a new epoch once the subscription is confirmed (every
+// node's next Poll looks at its queue) and claims every waiting Poll.
+func (e *Engine) confirmed() []*waiter {
+	m := &e.mux
+	m.mu.Lock()
+	m.subscribed = true
+	m.epoch++
+	clear(m.unclaimed)
+	m.mu.Unlock()
+	return e.claim(nil)
+}
+
+// unsubscribed says announcements may be missed until the next
+// confirmation.
+func (e *Engine) unsubscribed() {
+	e.mux.mu.Lock()
+	e.mux.subscribed = false
+	e.mux.mu.Unlock()
 }
 
 // popFor pops the queues of claimed waiters in one pipeline and hands each
@@ -172,6 +216,7 @@ func (e *Engine) subscribe() {
 				e.log.Info().Msg("delivery subscription restored")
 			}
 		})
+		e.unsubscribed()
 		_ = ps.Close()
 		if err == nil || e.muxDone() {
 			return // idle: ended
@@ -219,7 +264,7 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, subscribed func()
 				subscribed()
 				// announcements made before this are gone: look at every
 				// waiting Poll's queue
-				e.popFor(ctx, e.claim(nil))
+				e.popFor(ctx, e.confirmed())
 			}
 		case *redis.Message:
 			e.popFor(ctx, e.claim(strings.Split(m.Payload, "\n")))

@@ -758,6 +758,37 @@ func TestDeliveryMux(t *testing.T) {
 				t.Fatalf("%d polls still counted as waiting", w)
 			}
 		})
+		t.Run("an attempt announced while no poll of its node waited goes to its next poll", func(t *testing.T) {
+			h := newHarness(t, rdb, WithPrefix("unclaimed"))
+			h.create(spec("web", 1, "web", 1, 1, 0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _, _ = h.e.Poll(ctx, "other", 1, time.Minute) }() // keeps the subscription up
+			// n1 polls once in this subscription, then stops waiting
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if as, err := h.e.Poll(h.ctx, "n1", 1, 50*time.Millisecond); err != nil || len(as) != 0 {
+					t.Fatalf("poll before the wave: %v (%v)", ids(as), err)
+				}
+				h.e.mux.mu.Lock()
+				confirmed := h.e.mux.subscribed
+				h.e.mux.mu.Unlock()
+				if confirmed || time.Now().After(deadline) {
+					break
+				}
+			}
+			if res := h.step(); res.Dispatched != 1 {
+				t.Fatalf("dispatched %d", res.Dispatched)
+			}
+			time.Sleep(100 * time.Millisecond) // the announcement reaches the mux, no n1 poll waits
+			start := time.Now()
+			as, err := h.e.Poll(h.ctx, "n1", 1, 3*time.Second)
+			if err != nil || len(as) != 1 {
+				t.Fatalf("the next poll of n1 returned %v (%v)", ids(as), err)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Fatalf("the next poll of n1 waited %v for an attempt already queued", took)
+			}
+		})
 	})
 	t.Run("an attempt queued while the subscription was down is found when it comes back", func(t *testing.T) {
 		srv := redistest.Start(t)
