@@ -124,9 +124,14 @@ func (e *Engine) unregister(w *waiter) bool {
 // claim takes the oldest waiting Poll of each node (every waiting Poll
 // when nodes is nil) out of the map.
 func (e *Engine) claim(nodes []string) []*waiter {
+	e.mux.mu.Lock()
+	defer e.mux.mu.Unlock()
+	return e.claimLocked(nodes)
+}
+
+// claimLocked is claim with e.mux.mu held.
+func (e *Engine) claimLocked(nodes []string) []*waiter {
 	m := &e.mux
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var out []*waiter
 	take := func(node string, all bool) {
 		ws := m.waiters[node]
@@ -166,11 +171,11 @@ func (e *Engine) claim(nodes []string) []*waiter {
 func (e *Engine) confirmed() []*waiter {
 	m := &e.mux
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.subscribed = true
 	m.epoch++
 	clear(m.unclaimed)
-	m.mu.Unlock()
-	return e.claim(nil)
+	return e.claimLocked(nil)
 }
 
 // unsubscribed says announcements may be missed until the next
