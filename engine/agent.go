@@ -14,8 +14,9 @@ import (
 	"github.com/fleetwave/fleetwave/internal/clock"
 )
 
-// Poll returns up to max attempts queued for node: popping them from the
-// node's queue delivers them. When none is queued it waits up to wait
+// Poll returns up to max attempts queued for node (rarely more, when the
+// mux popped for it while it looked itself): popping them from the node's
+// queue delivers them. When none is queued it waits up to wait
 // (real time: this is network long-polling, not engine logic) for one, in
 // memory: the Engine's delivery mux wakes it when a script queues for its
 // node (see deliver.go), so a waiting Poll holds no Redis connection and a

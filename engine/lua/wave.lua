@@ -1,8 +1,8 @@
 -- wave.lua follows lib.lua in the scripts that start waves (step,
--- next_wave).
+-- complete).
 --
--- Wave machinery, shared by step (every lane, every call) and next_wave
--- (the lane of the item whose result emptied its wave). WV holds the caller's settings and
+-- Wave machinery, shared by step (every lane, every call) and complete
+-- (the lanes its results emptied). WV holds the caller's settings and
 -- what this call did: grace and default timeout (ms) for new deadlines, the
 -- window states (id -> 0 open, else next opening ms, -1 unknown; nil = the
 -- caller was not told any: a windowed item then leaves the wave to Step),
