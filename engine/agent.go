@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -256,6 +257,17 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 		}
 	}
 	if err != nil {
+		var script redis.Error
+		if errors.As(err, &script) && len(batch) > 1 {
+			// the script failed outside a result (each result is guarded
+			// on its own): what it applied stays, so a result already
+			// committed comes back stale; the others are committed alone
+			e.log.Error().Err(err).Int("results", len(batch)).Msg("complete: group failed; committing its results one by one")
+			for _, c := range batch {
+				e.runCompletions(ctx, []*completion{c})
+			}
+			return
+		}
 		for _, c := range batch {
 			c.err = err
 		}
@@ -273,7 +285,13 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 		case "stale_attempt":
 			c.err = fmt.Errorf("attempt %s: %w", aid, ErrStaleAttempt)
 		default:
-			c.err = fmt.Errorf("complete: unexpected status %q", asString(statuses[i]))
+			st := asString(statuses[i])
+			if msg, ok := strings.CutPrefix(st, "error: "); ok {
+				c.err = fmt.Errorf("complete attempt %s: %s", aid, msg)
+				e.log.Error().Str("attempt", asString(aid)).Str("error", msg).Msg("result failed in the complete script")
+			} else {
+				c.err = fmt.Errorf("complete: unexpected status %q", st)
+			}
 		}
 	}
 }

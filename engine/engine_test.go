@@ -818,3 +818,38 @@ func TestDeliveryMux(t *testing.T) {
 		}
 	})
 }
+
+func TestABrokenResultFailsAlone(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb, WithPrefix("poison"))
+		_, items := h.create(spec("web", 2, "web", 1, 2, 0))
+		h.step()
+		as := h.pollAll(2)
+		if len(as) != 2 {
+			t.Fatalf("polled %v", ids(as))
+		}
+		// corrupt data: the first item lost its block
+		if err := rdb.HDel(h.ctx, h.e.key("i", items[0]), "block").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if as[0].Item == items[0] {
+			as[0], as[1] = as[1], as[0] // the good result first: it is applied before the other breaks
+		}
+		var batch []*completion
+		for _, a := range as {
+			batch = append(batch, &completion{args: []any{a.Node, a.ID, fenceArg(a.Fence), "success", 0, 0.5, "", 0, -1}})
+		}
+		h.e.runCompletions(h.ctx, batch) // one group, as concurrent Completes would be
+		fine, broken := batch[0], batch[1]
+		if broken.err == nil {
+			t.Fatal("the result of the corrupt item was accepted")
+		}
+		if fine.err != nil {
+			t.Fatalf("the other result of the group failed with it: %v", fine.err)
+		}
+		if it := h.item(items[1]); it.Status != fleetwave.ItemCompleted {
+			t.Fatalf("the other item is %s", it.Status)
+		}
+		h.check() // counters still add up
+	})
+}

@@ -17,7 +17,7 @@
 -- Whether a rollout completed is looked at once per rollout, at the end.
 -- Returns {'ok', rollouts completed, attempts dispatched, events (as step
 -- returns them), {status per result: 'ok'|'unknown_attempt'|'wrong_node'|
--- 'stale_attempt'}}.
+-- 'stale_attempt'|'error: <message>'}}.
 local BASE, MAXB = tonumber(ARGV[4]), tonumber(ARGV[5])
 WV.grace, WV.def_timeout, WV.limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local n = tonumber(ARGV[9])
@@ -68,7 +68,13 @@ end
 
 GATHER = { dl = {}, lf = {} }
 for i = 0, n - 1 do
-  statuses[#statuses + 1] = result(9 + i * 9)
+  -- a result that breaks (corrupt data) fails alone: what it wrote before
+  -- the error stays (Redis does not roll a script back), the others go on
+  local ok, st = pcall(result, 9 + i * 9)
+  if not ok then
+    st = 'error: ' .. tostring(st)
+  end
+  statuses[#statuses + 1] = st
 end
 gathered()
 GATHER = nil
