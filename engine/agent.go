@@ -72,9 +72,8 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 		if len(raw) > 0 {
 			// popped is delivered: hand them out even when ctx ended
 			// meanwhile, or they would expire as lost
-			out, derr := e.deliver(context.WithoutCancel(ctx), node, raw)
-			if derr != nil || len(out) > 0 {
-				return out, derr
+			if out := e.deliver(context.WithoutCancel(ctx), node, raw); len(out) > 0 {
+				return out, nil
 			}
 		}
 		if err != nil {
@@ -93,21 +92,23 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 }
 
 // deliver decodes popped queue entries into attempts, leaving out (and
-// marking undelivered) those whose deadline passed.
-func (e *Engine) deliver(ctx context.Context, node string, raw []string) ([]fleetwave.Attempt, error) {
+// marking undelivered) those whose deadline passed. It cannot fail: an
+// entry it cannot hand out is left to Step, which finds its attempt
+// delivered without a result (ambiguous) unless it was marked undelivered.
+func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleetwave.Attempt {
 	now := e.nowMS()
 	out := make([]fleetwave.Attempt, 0, len(raw))
 	for _, v := range raw {
 		a, err := decodeQueued(v)
 		if err != nil {
-			// nothing to hand out: Step finds the attempt delivered without
-			// a result (ambiguous) and waits for a report
 			e.log.Error().Err(err).Str("node", node).Msg("queued attempt unreadable")
 			continue
 		}
 		if a.Deadline.UnixMilli() <= now {
 			if _, _, err := e.run(ctx, "undeliver", "", now, a.ID); err != nil {
-				return out, err
+				e.log.Warn().Err(err).Str("node", node).Str("attempt", a.ID).
+					Msg("attempt past its deadline not delivered, nor marked undelivered: it will count as lost")
+				continue
 			}
 			e.log.Debug().Str("node", node).Str("attempt", a.ID).Msg("attempt past its deadline not delivered")
 			continue
@@ -116,7 +117,7 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) ([]flee
 			Str("rollout", a.Rollout).Msg("attempt delivered")
 		out = append(out, a)
 	}
-	return out, nil
+	return out
 }
 
 // Complete applies an agent's result for one of its attempts:
