@@ -56,7 +56,7 @@
 //	r:<id>:g:<group>       list of the item ids of a split group (ItemSpec.Group)
 //	r:<id>:history         list of operator actions (JSON: action, actor, at, from, to)
 //	wsets                  hash window set id -> its windows (JSON; content-addressed)
-//	i:<item>               hash: the item (no payload) and its last attempt (a_fence, a_deadline, a_state, a_exit)
+//	i:<item>               hash: the item (no payload) and its last attempt (a_fence, a_state, a_exit)
 //	ip:<item>              the item's attempt template: fields and payload (command, rendered config), until the item ends
 //	q:<node>               list of the attempts queued for the node, each "<attempt id>\n<fence>\n<deadline>\n<template>"
 //	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)

@@ -231,7 +231,7 @@ end
 local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'target_version',
   'config_hash', 'desired_state', 'managed_by', 'one_shot', 'timeout_ms', 'wset', 'grp', 'req',
   'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt', 'op',
-  'a_state' }
+  'a_state', 'wave' }
 -- what a result needs (complete.lua: the attempt check, finish, transient,
 -- set_status)
 local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
@@ -391,10 +391,10 @@ local function q_take(node, aid)
   return false
 end
 
--- An attempt lives in its item: last_attempt is its id, a_fence,
--- a_deadline, a_state (queued until it ends: done, expired, lost; or
--- undelivered when a Poll popped it too late) and a_exit describe it, and
--- the deadlines zset holds it while it is open. Every path that moves an
+-- An attempt lives in its item: last_attempt is its id, a_fence and
+-- a_state (queued until it ends: done, expired, lost; or undelivered when
+-- a Poll popped it too late) and a_exit describe it, and the deadlines
+-- zset holds it (by deadline) while it is open. Every path that moves an
 -- item on closes its open attempt first, so an open attempt is always its
 -- item's last one.
 --

@@ -94,15 +94,9 @@ local function dispatch(it, wave)
   elseif it.status == 'retrying' then
     dq_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
   end
-  if wave then
-    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
-      'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_deadline', deadline,
-      'a_state', 'queued', 'wave', int(wave))
-  else -- a retry stays in its wave
-    set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
-      'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_deadline', deadline,
-      'a_state', 'queued')
-  end
+  set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
+    'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_state', 'queued',
+    'wave', wave and int(wave) or it.wave or '0') -- a retry stays in its wave
   WV.dispatched = WV.dispatched + 1
 end
 
