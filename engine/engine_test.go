@@ -241,6 +241,9 @@ func TestDeadlines(t *testing.T) {
 			if len(as) != 1 || as[0].ID != items[0]+".2" {
 				t.Fatalf("retry polled %v", ids(as))
 			}
+			if it := h.item(items[0]); it.Wave != 1 || it.Attempts != 2 {
+				t.Fatalf("retried item: wave %d attempts %d, want its wave 1 and 2 attempts", it.Wave, it.Attempts)
+			}
 		})
 		t.Run("an attempt popped after its deadline is not handed out and counts as undelivered", func(t *testing.T) {
 			h := newHarness(t, rdb, WithPrefix("popped-late"), WithBackoff(time.Second, time.Second))
