@@ -186,6 +186,7 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 				ev = ev.Str("parent", base.lease.String())
 			}
 			ev.Int("files", len(all)).Int("attempt", attempt).Msg("status pushed")
+			r.maybeCompact()
 			return StatusResult{Commit: h.String(), Attempts: attempt, Overwritten: overwritten}, nil
 		}
 		if ctx.Err() != nil {

@@ -87,10 +87,13 @@
 // the latest status, and LatestTrailer searches the status branch first.
 //
 // Objects written by CommitStatus and fetched packs accumulate in the
-// mirror, one pack per fetch or status commit; running `git gc` on it from
-// time to time keeps it small. go-git searches every pack's index for each
-// object it reads, and reloads them all after a big status commit, so the
-// number of packs matters more than their size.
+// mirror, one pack per fetch or status commit. go-git searches every pack's
+// index for each object it reads, and reloads them all after a big status
+// commit, so the number of packs matters more than their size: once there
+// are compactAt of them, the fetch or status commit that made the last one
+// merges all but the largest into one pack of whole objects (compact; no
+// git binary needed, nothing pruned, every object readable at every
+// instant).
 //
 // # Following changes
 //

@@ -392,6 +392,7 @@ func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error)
 		r.opts.log.Debug().Str("commit", h.String()).Str("previous", r.lastHead.String()).Msg("branch moved")
 	}
 	r.lastHead = h
+	r.maybeCompact()
 	return h.String(), changed, nil
 }
 
