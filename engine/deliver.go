@@ -61,10 +61,12 @@ type mux struct {
 	waiters    map[string][]*waiter // by node, oldest first
 	n          int                  // waiters in the map
 	running    bool                 // the subscriber goroutine runs
+	run        int                  // which one (an ending one may still finish)
 	subscribed bool                 // its subscription is confirmed
 	epoch      int                  // confirmations so far
 	looked     map[string]int       // node -> epoch its queue was last looked at in
 	unclaimed  map[string]bool      // nodes announced while none of their Polls waited
+	idle       time.Duration        // muxIdle unless a test sets it before the first Poll
 }
 
 // WaitingPolls returns how many Polls wait for their queue on this Engine.
@@ -89,7 +91,8 @@ func (e *Engine) register(w *waiter) bool {
 	m.n++
 	if !m.running {
 		m.running = true
-		go e.subscribe()
+		m.run++
+		go e.subscribe(m.run)
 	}
 	if m.subscribed && m.looked[w.node] == m.epoch && !m.unclaimed[w.node] {
 		return false
@@ -166,23 +169,26 @@ func (e *Engine) claimLocked(nodes []string) []*waiter {
 	return out
 }
 
-// confirmed starts a new epoch once the subscription is confirmed (every
-// node's next Poll looks at its queue) and claims every waiting Poll.
-func (e *Engine) confirmed() []*waiter {
+// confirmed starts a new epoch once the subscription of subscriber run is
+// confirmed (every node's next Poll looks at its queue) and claims every
+// waiting Poll.
+func (e *Engine) confirmed(run int) []*waiter {
 	m := &e.mux
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.subscribed = true
+	m.subscribed = m.run == run
 	m.epoch++
 	clear(m.unclaimed)
 	return e.claimLocked(nil)
 }
 
 // unsubscribed says announcements may be missed until the next
-// confirmation.
-func (e *Engine) unsubscribed() {
+// confirmation (unless a newer subscriber runs already).
+func (e *Engine) unsubscribed(run int) {
 	e.mux.mu.Lock()
-	e.mux.subscribed = false
+	if e.mux.run == run {
+		e.mux.subscribed = false
+	}
 	e.mux.mu.Unlock()
 }
 
@@ -209,27 +215,27 @@ func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
 
 // subscribe is the mux: it follows the ready channel and hands out what
 // the announced queues hold, until no Poll has waited for muxIdle.
-func (e *Engine) subscribe() {
+func (e *Engine) subscribe(run int) {
 	ctx := context.Background()
 	channel := e.key("ready")
 	lost := false // logged once per outage
 	for {
 		ps := e.rdb.Subscribe(ctx, channel)
-		err := e.follow(ctx, ps, func() {
+		err := e.follow(ctx, ps, run, func() {
 			if lost {
 				lost = false
 				e.log.Info().Msg("delivery subscription restored")
 			}
 		})
-		e.unsubscribed()
+		e.unsubscribed(run)
 		_ = ps.Close()
-		if err == nil || e.muxDone() {
+		if err == nil || e.muxDone(run) {
 			return // idle: ended
 		}
 		if errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed) {
 			// the client was closed (shutdown): the waiting Polls fail on
 			// their own
-			e.muxStop()
+			e.muxStop(run)
 			return
 		}
 		if !lost {
@@ -242,7 +248,7 @@ func (e *Engine) subscribe() {
 		// is confirmed again (every waiter is looked at)
 		t := time.NewTimer(muxRetry)
 		<-t.C
-		if e.muxDone() {
+		if e.muxDone(run) {
 			return
 		}
 	}
@@ -250,13 +256,17 @@ func (e *Engine) subscribe() {
 
 // follow reads ps until it fails (the error) or the mux ends for lack of
 // waiters (nil); subscribed is called when the subscription is confirmed.
-func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, subscribed func()) error {
+func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, run int, subscribed func()) error {
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, muxIdle)
+		idle := e.mux.idle
+		if idle <= 0 {
+			idle = muxIdle
+		}
+		msg, err := ps.ReceiveTimeout(ctx, idle)
 		if err != nil {
 			var nerr interface{ Timeout() bool }
 			if errors.As(err, &nerr) && nerr.Timeout() {
-				if e.muxDone() {
+				if e.muxDone(run) {
 					return nil
 				}
 				continue
@@ -269,7 +279,7 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, subscribed func()
 				subscribed()
 				// announcements made before this are gone: look at every
 				// waiting Poll's queue
-				e.popFor(ctx, e.confirmed())
+				e.popFor(ctx, e.confirmed(run))
 			}
 		case *redis.Message:
 			e.popFor(ctx, e.claim(strings.Split(m.Payload, "\n")))
@@ -278,18 +288,25 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, subscribed func()
 	}
 }
 
-// muxStop ends the mux whatever waits (the next waiting Poll starts it).
-func (e *Engine) muxStop() {
+// muxStop ends subscriber run whatever waits (the next waiting Poll starts
+// another).
+func (e *Engine) muxStop(run int) {
 	e.mux.mu.Lock()
-	e.mux.running = false
+	if e.mux.run == run {
+		e.mux.running = false
+	}
 	e.mux.mu.Unlock()
 }
 
-// muxDone ends the mux when no Poll waits; it reports whether it did.
-func (e *Engine) muxDone() bool {
+// muxDone reports whether subscriber run ends: when no Poll waits, or when
+// a newer one took over.
+func (e *Engine) muxDone(run int) bool {
 	m := &e.mux
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.run != run {
+		return true
+	}
 	if m.n > 0 {
 		return false
 	}

@@ -793,6 +793,44 @@ func TestDeliveryMux(t *testing.T) {
 			}
 		})
 	})
+	t.Run("the subscriber ends when no poll waits and the next poll starts it again", func(t *testing.T) {
+		h := newHarness(t, redistest.Start(t).Client(t), WithPrefix("idle"))
+		h.e.mux.idle = 100 * time.Millisecond // before the first Poll starts the subscriber
+		h.create(spec("web", 1, "web", 1, 1, 0))
+		if as, err := h.e.Poll(h.ctx, "n1", 1, 50*time.Millisecond); err != nil || len(as) != 0 {
+			t.Fatalf("poll before the wave: %v (%v)", ids(as), err)
+		}
+		running := func() bool {
+			h.e.mux.mu.Lock()
+			defer h.e.mux.mu.Unlock()
+			return h.e.mux.running
+		}
+		for deadline := time.Now().Add(5 * time.Second); running(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the subscriber still runs with no poll waiting")
+			}
+		}
+		done := make(chan []fleetwave.Attempt, 1)
+		go func() {
+			as, _ := h.e.Poll(context.Background(), "n1", 1, 10*time.Second)
+			done <- as
+		}()
+		for deadline := time.Now().Add(5 * time.Second); h.e.WaitingPolls() == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the poll does not wait")
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // subscribed again
+		h.step()
+		select {
+		case as := <-done:
+			if len(as) != 1 {
+				t.Fatalf("poll returned %v", ids(as))
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the restarted subscriber never handed out the attempt")
+		}
+	})
 	t.Run("an attempt queued while the subscription was down is found when it comes back", func(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := srv.Client(t)
