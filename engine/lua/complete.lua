@@ -40,7 +40,7 @@ local function result(b)
     return 'stale_attempt'
   end
   -- the agent holds the attempt: a Poll popped it from the queue
-  close_attempt(it, aid, false, 'done', 'a_exit', ARGV[b + 5])
+  close_attempt(it, aid, 'done', 'a_exit', ARGV[b + 5])
   local igen = tonumber(ARGV[b + 9]) or -1
   if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent'
       and it.op ~= '1' then

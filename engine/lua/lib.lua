@@ -398,19 +398,17 @@ end
 -- item on closes its open attempt first, so an open attempt is always its
 -- item's last one.
 --
--- close_attempt ends attempt aid of item it: out of the deadlines, out of
--- its node's queue when queued says it may still wait there, and its
--- state (with extra field/value pairs) left in it.more for the caller's
--- next set_status (finish, transient) to write with the item's.
-local function close_attempt(it, aid, queued, state, ...)
+-- close_attempt ends attempt aid of item it, which no queue holds any
+-- more (popped by a Poll, or taken out by the caller with q_take): out of
+-- the deadlines, and its state (with extra field/value pairs) left in
+-- it.more for the caller's next set_status (finish, transient) to write
+-- with the item's.
+local function close_attempt(it, aid, state, ...)
   it.more = { 'a_state', state, ... }
   if GATHER then
     GATHER.dl[#GATHER.dl + 1] = aid
   else
     redis.call('ZREM', P .. 'deadlines', aid)
-  end
-  if queued then
-    q_take(it.node, aid)
   end
 end
 

@@ -50,12 +50,12 @@ for _, aid in ipairs(due) do
     -- undelivered): never delivered
     if it.a_state == 'undelivered' or (it.a_state == 'queued' and q_take(it.node, aid)) then
       -- never delivered: the agent is offline, a transient failure
-      close_attempt(it, aid, false, 'expired')
+      close_attempt(it, aid, 'expired')
       completed = completed + transient(it, BASE, MAXB, jitter())
       event('undelivered', it.rollout, it.id)
     else
       -- delivered, no result: never replay blindly, wait for a report
-      close_attempt(it, aid, false, 'lost')
+      close_attempt(it, aid, 'lost')
       set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost')
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id)
