@@ -397,6 +397,47 @@ func (s *Snapshot) SortedNodeIDs() []string {
 	return ids
 }
 
+// Scope returns the ids of the nodes trigger t addresses, sorted, draining
+// nodes included: the nodes it lists in nodes (every node when it lists
+// none) that are in one of its target_organizations and one of its
+// target_workspaces (each only when given) and match its selector (when
+// not empty). A node's organization is its own, else its workspace's.
+// It is a pure function of the snapshot, shared by the reconciler and the
+// schema's checks so both agree on which BRC owns which instance.
+func (s *Snapshot) Scope(t *Trigger) []string {
+	var explicit map[string]bool
+	if len(t.Nodes) > 0 {
+		explicit = make(map[string]bool, len(t.Nodes))
+		for _, id := range t.Nodes {
+			explicit[id] = true
+		}
+	}
+	var out []string
+	for _, id := range s.SortedNodeIDs() {
+		n := s.Nodes[id]
+		if explicit != nil && !explicit[id] {
+			continue
+		}
+		if len(t.TargetOrganizations) > 0 {
+			org := n.Organization
+			if ws := s.Workspaces[n.Workspace]; org == "" && ws != nil {
+				org = ws.Organization
+			}
+			if !slices.Contains(t.TargetOrganizations, org) {
+				continue
+			}
+		}
+		if len(t.TargetWorkspaces) > 0 && !slices.Contains(t.TargetWorkspaces, n.Workspace) {
+			continue
+		}
+		if !t.Selector.Empty() && !t.Selector.Matches(n.Labels) {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
 // FileError is one problem of a repository file, printed as
 // "path:line:col: message". Line and Col are 1-based; 0 means unknown.
 type FileError struct {

@@ -15,8 +15,9 @@ const (
 	// ReasonUnknownWindow: a maintenance window name does not resolve in the
 	// config; the instance is not planned (fails closed).
 	ReasonUnknownWindow = "unknown_window"
-	// ReasonInvalidConfig: the block_config_template did not render, or its
-	// output does not satisfy the block's config_schema; the item is created
+	// ReasonInvalidConfig: the block_config_template did not render, its
+	// output is not a YAML mapping (invalid YAML, a list, a scalar), or it
+	// does not satisfy the block's config_schema; the item is created
 	// blocked with the error (never dispatched) until a newer generation.
 	ReasonInvalidConfig = "invalid_config"
 	// ReasonUnknownAction: the block has no such action.
@@ -63,6 +64,17 @@ type Options struct {
 	// config_schema; a failure blocks the item with invalid_config (never
 	// dispatched until a new generation fixes it). Nil = not checked.
 	ValidateConfig func(schema, rendered string) error
+	// RequireReport plans only nodes whose agent sent a full report: for
+	// another node the action (install, upgrade or nothing) is unknown, so
+	// it is held with reason awaiting_report and joins its trigger's
+	// rollout once it reported. A hub that lost Redis thus waits for the
+	// agents' next reports instead of re-installing the fleet.
+	RequireReport bool
+	// ActiveInstance says whether an item that will change the instance is
+	// active in the engine (e.g. the install its BRC just planned): a
+	// manual request's operational action (restart, backup) then waits
+	// behind it instead of being skipped as not installed. Nil = none.
+	ActiveInstance func(fleetwave.InstanceKey) bool
 }
 
 // lifecycleAction reports whether an action changes the lifecycle of an

@@ -3,8 +3,11 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -20,13 +23,25 @@ import (
 // The sandbox beyond gonja's defaults:
 //   - no include/import/from/extends/block (file access) and no macro/call
 //     (unbounded recursion is a fatal stack overflow, not a panic);
-//   - every for-loop body execution is charged to a per-render budget, so
-//     nested loops over large strings or lists end with an error;
-//   - the operators *, + and ~ are rewritten after parsing into guarded
-//     functions that refuse results above MaxRenderedSize before allocating
-//     them ("a" * 2**30 fails at once instead of allocating 1 GiB);
+//   - every for-loop body execution and every element range() returns is
+//     charged to a per-render budget, so nested loops over large strings
+//     or lists end with ErrTemplateBudget after a counted number of steps
+//     (no clock is involved: the same template fails the same way on any
+//     machine);
+//   - the binary operators are rewritten after parsing into one guarded
+//     function (opFunc) with Jinja2's meaning for lists, dicts and
+//     repetition, which refuses results above MaxRenderedSize before
+//     allocating them ("a" * 2**30 and [0] * 10**8 fail at once);
+//   - list, tuple and dict literals are rewritten into a check of their
+//     size, nested values included (a literal nesting a value in itself
+//     doubles it per loop iteration);
 //   - filters and methods come from an allow-list (no `random`: plans are
 //     deterministic) and refuse size arguments and inputs above the limit.
+//
+// A bound that stops a render is recorded in its budget with where it
+// happened, and is the render's error (ErrTemplateBudget or
+// ErrTemplateSize, wrapped in ErrTemplate): gonja flattens the errors of
+// functions and filters into text, so it cannot carry them.
 
 var safeControls = sync.OnceValue(func() *exec.ControlStructureSet {
 	m := map[string]parser.ControlStructureParser{}
@@ -37,12 +52,16 @@ var safeControls = sync.OnceValue(func() *exec.ControlStructureSet {
 	}
 	if p, ok := builtins.ControlStructures.Get("for"); ok {
 		m["for"] = func(pp *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+			at := args.Current() // the loop variable: errors point into the for tag
 			cs, err := p(pp, args)
 			if err != nil {
 				return cs, err
 			}
 			if f, ok := cs.(*controlStructures.ForControlStructure); ok && f.BodyWrapper != nil {
-				tick := &nodes.ControlStructureBlock{Location: f.Position(), Name: "loop_budget", ControlStructure: &loopTick{loc: f.Position()}}
+				if at == nil {
+					at = f.Position()
+				}
+				tick := &nodes.ControlStructureBlock{Location: f.Position(), Name: "loop_budget", ControlStructure: &loopTick{loc: at}}
 				f.BodyWrapper.Nodes = append([]nodes.Node{tick}, f.BodyWrapper.Nodes...)
 			}
 			return cs, nil
@@ -65,7 +84,8 @@ func (t *loopTick) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) err
 	}
 	b.loopLeft--
 	if b.loopLeft < 0 {
-		return fmt.Errorf("loop iteration budget of %d exceeded", MaxLoopIterations)
+		return b.fail(t.loc.Line, t.loc.Col, &limitError{kind: ErrTemplateBudget,
+			msg: fmt.Sprintf("loop iteration budget of %d exceeded", MaxLoopIterations)})
 	}
 	return nil
 }
@@ -76,9 +96,21 @@ var (
 	tokType  = reflect.TypeOf(&tokens.Token{})
 )
 
-// guardExpressions rewrites, in place, every binary *, + and ~ of the tree
-// into a call of the guarded function of the same meaning.
-func guardExpressions(v reflect.Value, depth int) {
+// guarder rewrites a parsed template in place: every binary operator
+// becomes a call of the render's opFuncName, and every list, tuple and
+// dict literal a call of sizedFuncName (see the comment at the top of this
+// file). wrapped holds the literals already wrapped: the walk continues
+// into the new call, whose argument the literal is.
+type guarder struct {
+	wrapped map[nodes.Expression]bool
+}
+
+func guardTemplate(root *nodes.Template) {
+	g := &guarder{wrapped: map[nodes.Expression]bool{}}
+	g.walk(reflect.ValueOf(root), 0)
+}
+
+func (g *guarder) walk(v reflect.Value, depth int) {
 	if depth > 10_000 || !v.IsValid() {
 		return
 	}
@@ -87,7 +119,7 @@ func guardExpressions(v reflect.Value, depth int) {
 		if v.IsNil() || v.Type() == tokType {
 			return
 		}
-		guardExpressions(v.Elem(), depth+1)
+		g.walk(v.Elem(), depth+1)
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
 			f := v.Field(i)
@@ -102,13 +134,13 @@ func guardExpressions(v reflect.Value, depth int) {
 			if !f.CanSet() {
 				continue
 			}
-			replaceBinary(f)
-			guardExpressions(f, depth+1)
+			g.replace(f)
+			g.walk(f, depth+1)
 		}
 	case reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
-			replaceBinary(v.Index(i))
-			guardExpressions(v.Index(i), depth+1)
+			g.replace(v.Index(i))
+			g.walk(v.Index(i), depth+1)
 		}
 	case reflect.Map:
 		if v.Type().Elem() != exprType {
@@ -117,116 +149,385 @@ func guardExpressions(v reflect.Value, depth int) {
 		for _, k := range v.MapKeys() {
 			e := reflect.New(exprType).Elem()
 			e.Set(v.MapIndex(k))
-			replaceBinary(e)
-			guardExpressions(e, depth+1)
+			g.replace(e)
+			g.walk(e, depth+1)
 			v.SetMapIndex(k, e)
 		}
 	}
 }
 
-func replaceBinary(f reflect.Value) {
+// replace rewrites the expression in f, when f can hold a call.
+func (g *guarder) replace(f reflect.Value) {
 	if !f.CanSet() || f.Kind() != reflect.Interface || f.IsNil() || !callType.AssignableTo(f.Type()) {
 		return
 	}
-	be, ok := f.Interface().(*nodes.BinaryExpression)
-	if !ok || be.Operator == nil || be.Operator.Token == nil {
-		return
+	switch x := f.Interface().(type) {
+	case *nodes.BinaryExpression:
+		if x.Operator == nil || x.Operator.Token == nil {
+			return
+		}
+		op := x.Operator.Token
+		if !guardedOps[op.Type] {
+			return
+		}
+		f.Set(reflect.ValueOf(guardCall(op, opFuncName, &nodes.String{Location: op, Val: op.Val}, x.Left, x.Right)))
+	case *nodes.List, *nodes.Tuple, *nodes.Dict:
+		lit := x.(nodes.Expression)
+		if g.wrapped[lit] {
+			return
+		}
+		g.wrapped[lit] = true
+		f.Set(reflect.ValueOf(guardCall(lit.Position(), sizedFuncName, lit)))
 	}
-	var fn string
-	switch be.Operator.Token.Type {
-	case tokens.Multiply:
-		fn = "_fw_mul"
-	case tokens.Addition:
-		fn = "_fw_add"
-	case tokens.Tilde:
-		fn = "_fw_cat"
-	default:
-		return
+}
+
+// guardedOps are the binary operators the sandbox evaluates itself.
+var guardedOps = map[tokens.Type]bool{
+	tokens.Addition: true, tokens.Subtraction: true, tokens.Multiply: true, tokens.Division: true,
+	tokens.FloorDivision: true, tokens.Modulo: true, tokens.Power: true, tokens.Tilde: true,
+}
+
+// guardCall returns the call fn(line, col, args...) positioned at tok, so
+// that an error names where in the template it happened.
+func guardCall(tok *tokens.Token, fn string, args ...nodes.Expression) *nodes.Call {
+	name := *tok
+	name.Type, name.Val = tokens.Name, fn
+	pos := func(n int) nodes.Expression {
+		t := *tok
+		t.Type, t.Val = tokens.Integer, strconv.Itoa(n)
+		return &nodes.Integer{Location: &t, Val: n}
 	}
-	tok := *be.Operator.Token
-	tok.Type, tok.Val = tokens.Name, fn
-	f.Set(reflect.ValueOf(&nodes.Call{
-		Location: be.Operator.Token,
-		Func:     &nodes.Name{Name: &tok},
-		Args:     []nodes.Expression{be.Left, be.Right},
+	return &nodes.Call{
+		Location: tok,
+		Func:     &nodes.Name{Name: &name},
+		Args:     append([]nodes.Expression{pos(tok.Line), pos(tok.Col)}, args...),
 		Kwargs:   map[string]nodes.Expression{},
-	}))
+	}
 }
 
 func errTooLarge(what string, n int) error {
-	return fmt.Errorf("%s would be %d bytes, limit %d", what, n, MaxRenderedSize)
+	return &limitError{kind: ErrTemplateSize, msg: fmt.Sprintf("%s would be %d bytes, limit %d", what, n, MaxRenderedSize)}
 }
 
-func twoArgs(args *exec.VarArgs) (*exec.Value, *exec.Value, error) {
-	if len(args.Args) != 2 {
-		return nil, nil, errors.New("operator needs two operands")
+// opFunc is the render's implementation of the binary operators, with
+// Jinja2's meaning where gonja's differs for lists, dicts and sequence
+// repetition, and gonja's for numbers and strings otherwise:
+//
+//   - list + list concatenates; a list with anything else is an error;
+//   - list * int and int * list repeat the list, str * int and int * str
+//     the string (a count <= 0 gives an empty one); any other product with
+//     a list, dict or string is an error;
+//   - -, /, //, % and ** with a list, a dict or none are errors, a zero
+//     divisor is an error, and "..." % x (Python string formatting) is
+//     refused with a pointer to the format filter; numbers keep gonja's
+//     meaning, bools count as 0 and 1 (as in Jinja2), and a string is read
+//     as a number (gonja's meaning, where Jinja2 refuses: label values are
+//     strings, and templates do arithmetic with them);
+//   - + with a string concatenates (gonja's meaning: Jinja2 would refuse
+//     "a" + 1), ~ always does;
+//   - a result above MaxRenderedSize (strings by bytes, lists and dicts by
+//     their elements and strings, nested ones included) is refused before
+//     it is built: [0] * 100000000 fails at once, allocating nothing.
+//
+// Errors are recorded in the budget with the operator's position: the
+// render fails with them even where gonja would carry on.
+func (b *budget) opFunc(args *exec.VarArgs) (*exec.Value, error) {
+	if len(args.Args) != 5 {
+		return nil, errors.New("operator needs two operands")
 	}
-	return args.Args[0], args.Args[1], nil
-}
-
-// guardedMul is `*` with gonja's semantics and a size bound.
-func guardedMul(args *exec.VarArgs) (*exec.Value, error) {
-	l, r, err := twoArgs(args)
+	line, col, op, l, r := args.Args[0].Integer(), args.Args[1].Integer(), args.Args[2].String(), args.Args[3], args.Args[4]
+	out, err := binaryOp(op, l, r)
 	if err != nil {
-		return nil, err
+		return nil, b.fail(line, col, err)
 	}
+	return out, nil
+}
+
+// operand kinds, named as Jinja2 (Python) names them in its errors.
+func kindOf(v *exec.Value) string {
 	switch {
-	case l.IsFloat() || r.IsFloat():
-		return exec.AsValue(l.Float() * r.Float()), nil
-	case l.IsString():
-		n := r.Integer()
-		if n <= 0 {
+	case v == nil || v.IsNil():
+		return "NoneType"
+	case v.IsString():
+		return "str"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	case v.IsBool():
+		return "bool"
+	case v.IsInteger():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	}
+	return "object"
+}
+
+// arithmetic reports whether a kind takes part in arithmetic: numbers,
+// bools, and strings read as numbers (see opFunc).
+func arithmetic(k string) bool { return k == "int" || k == "float" || k == "bool" || k == "str" }
+
+// intOf returns v as an int (a bool as 0 or 1).
+func intOf(v *exec.Value) int {
+	if v.IsBool() {
+		if v.Bool() {
+			return 1
+		}
+		return 0
+	}
+	return v.Integer()
+}
+
+func floatOf(v *exec.Value) float64 {
+	if v.IsBool() {
+		return float64(intOf(v))
+	}
+	return v.Float()
+}
+
+func unsupported(op, lk, rk string) error {
+	return fmt.Errorf("unsupported operand types for %s: '%s' and '%s'", op, lk, rk)
+}
+
+func binaryOp(op string, l, r *exec.Value) (*exec.Value, error) {
+	lk, rk := kindOf(l), kindOf(r)
+	switch op {
+	case "~":
+		a, b := l.String(), r.String()
+		if len(a)+len(b) > MaxRenderedSize {
+			return nil, errTooLarge("string", len(a)+len(b))
+		}
+		return exec.AsValue(a + b), nil
+	case "+":
+		switch {
+		case lk == "list" && rk == "list":
+			n := deepSize(l, MaxRenderedSize) + deepSize(r, MaxRenderedSize)
+			if n > MaxRenderedSize {
+				return nil, errTooLarge("list", n)
+			}
+			return exec.AsValue(append(listItems(l), listItems(r)...)), nil
+		case lk == "list" || rk == "list":
+			return nil, fmt.Errorf("can only concatenate list (not '%s') to list", map[bool]string{true: rk, false: lk}[lk == "list"])
+		case lk == "dict" || rk == "dict" || lk == "NoneType" || rk == "NoneType":
+			return nil, unsupported(op, lk, rk)
+		case lk == "str" || rk == "str":
+			return binaryOp("~", l, r)
+		}
+	case "*":
+		switch {
+		case (lk == "str" || lk == "list") && (rk == "int" || rk == "bool"):
+			return repeat(l, intOf(r))
+		case (rk == "str" || rk == "list") && (lk == "int" || lk == "bool"):
+			return repeat(r, intOf(l))
+		case lk == "str" || lk == "list" || rk == "str" || rk == "list":
+			seq, other := lk, rk
+			if seq != "str" && seq != "list" {
+				seq, other = rk, lk
+			}
+			return nil, fmt.Errorf("can't multiply sequence (%s) by non-int of type '%s'", seq, other)
+		}
+	case "%":
+		if lk == "str" {
+			return nil, errors.New(`string formatting with % is not supported, use the format filter ("%s" | format(x))`)
+		}
+	}
+	if !arithmetic(lk) || !arithmetic(rk) {
+		return nil, unsupported(op, lk, rk)
+	}
+	float := lk == "float" || rk == "float"
+	switch op {
+	case "+":
+		if float {
+			return exec.AsValue(floatOf(l) + floatOf(r)), nil
+		}
+		return exec.AsValue(intOf(l) + intOf(r)), nil
+	case "-":
+		if float {
+			return exec.AsValue(floatOf(l) - floatOf(r)), nil
+		}
+		return exec.AsValue(intOf(l) - intOf(r)), nil
+	case "*":
+		if float {
+			return exec.AsValue(floatOf(l) * floatOf(r)), nil
+		}
+		return exec.AsValue(intOf(l) * intOf(r)), nil
+	case "**":
+		return exec.AsValue(math.Pow(floatOf(l), floatOf(r))), nil
+	}
+	// /, // and %: gonja's meaning, with Jinja2's error for a zero divisor
+	// (gonja gives +Inf, a garbage integer or a runtime panic).
+	if floatOf(r) == 0 {
+		return nil, errors.New("division by zero")
+	}
+	switch op {
+	case "/":
+		return exec.AsValue(floatOf(l) / floatOf(r)), nil
+	case "//":
+		return exec.AsValue(int(floatOf(l) / floatOf(r))), nil
+	case "%":
+		if intOf(r) == 0 { // a fractional divisor truncates to 0
+			return nil, errors.New("division by zero")
+		}
+		return exec.AsValue(intOf(l) % intOf(r)), nil
+	}
+	return nil, fmt.Errorf("unknown operator %s", op)
+}
+
+// repeat is seq * n for a string or a list, refused above MaxRenderedSize
+// before anything is allocated.
+func repeat(seq *exec.Value, n int) (*exec.Value, error) {
+	if seq.IsString() {
+		s := seq.String()
+		if n <= 0 || s == "" {
 			return exec.AsValue(""), nil
 		}
-		if len(l.String()) > 0 && n > MaxRenderedSize/len(l.String()) {
-			return nil, errTooLarge("string repetition", len(l.String())*min(n, 1<<40/max(1, len(l.String()))))
+		if n > MaxRenderedSize/len(s) {
+			return nil, errTooLarge("string repetition", len(s)*min(n, 1<<40/len(s)))
 		}
-		return exec.AsValue(strings.Repeat(l.String(), n)), nil
+		return exec.AsValue(strings.Repeat(s, n)), nil
 	}
-	return exec.AsValue(l.Integer() * r.Integer()), nil
+	size := deepSize(seq, MaxRenderedSize)
+	if n <= 0 || seq.Len() == 0 {
+		return exec.AsValue([]any{}), nil
+	}
+	if n > MaxRenderedSize/max(size, 1) {
+		return nil, errTooLarge("list repetition", max(size, 1)*min(n, 1<<40/max(size, 1)))
+	}
+	items := listItems(seq)
+	out := make([]any, 0, len(items)*n)
+	for range n {
+		out = append(out, items...)
+	}
+	return exec.AsValue(out), nil
 }
 
-// guardedAdd is `+` with gonja's semantics and a size bound.
-func guardedAdd(args *exec.VarArgs) (*exec.Value, error) {
-	l, r, err := twoArgs(args)
-	if err != nil {
-		return nil, err
+// sizedFunc checks a list, tuple or dict literal once it is evaluated:
+// literals nest values (a namespace doubling [ns.l, ns.l] in a loop), and a
+// value above MaxRenderedSize would be spelled out in full by the next
+// output, filter or string conversion before any other bound applies.
+func (b *budget) sizedFunc(args *exec.VarArgs) (*exec.Value, error) {
+	if len(args.Args) != 3 {
+		return nil, errors.New("literal check needs a value")
 	}
-	switch {
-	case l.IsList():
-		if !r.IsList() {
-			return nil, errors.New("unable to concatenate a list and a non-list")
+	v := args.Args[2]
+	if n := deepSize(v, MaxRenderedSize); n > MaxRenderedSize {
+		what := "list"
+		if v.IsDict() {
+			what = "dict"
 		}
-		if n := l.Len() + r.Len(); n > MaxRenderedSize {
-			return nil, errTooLarge("list", n)
-		}
-		out := make([]any, 0, l.Len()+r.Len())
-		for _, side := range []*exec.Value{l, r} {
-			side.Iterate(func(_, _ int, key, _ *exec.Value) bool {
-				out = append(out, key.Interface())
-				return true
-			}, func() {})
-		}
-		return exec.AsValue(out), nil
-	case l.IsFloat() || r.IsFloat():
-		return exec.AsValue(l.Float() + r.Float()), nil
-	case l.IsString() || r.IsString():
-		return guardedCat(args)
+		return nil, b.fail(args.Args[0].Integer(), args.Args[1].Integer(), errTooLarge(what, n))
 	}
-	return exec.AsValue(l.Integer() + r.Integer()), nil
+	return v, nil
 }
 
-// guardedCat is `~` (string concatenation) with a size bound.
-func guardedCat(args *exec.VarArgs) (*exec.Value, error) {
-	l, r, err := twoArgs(args)
-	if err != nil {
-		return nil, err
+var (
+	valueType = reflect.TypeOf(&exec.Value{})
+	dictType  = reflect.TypeOf(exec.Dict{})
+)
+
+// deepSize estimates the bytes a value stands for when it is spelled out:
+// the length of every string and one per element of every list and dict,
+// nested ones included and shared ones counted each time they appear. It
+// stops counting once the total is above limit, so it costs at most about
+// limit steps whatever the value.
+func deepSize(v *exec.Value, limit int) int {
+	if v == nil {
+		return 0
 	}
-	a, b := l.String(), r.String()
-	if len(a)+len(b) > MaxRenderedSize {
-		return nil, errTooLarge("string", len(a)+len(b))
+	total := 0
+	var stack []reflect.Value // containers still to count
+	// count adds a value: a string's length now, a container later.
+	count := func(x reflect.Value) {
+		for x.IsValid() && (x.Kind() == reflect.Interface || x.Kind() == reflect.Pointer) && !x.IsNil() {
+			if x.Type() == valueType && x.CanInterface() {
+				x = x.Interface().(*exec.Value).Val
+			} else {
+				x = x.Elem()
+			}
+		}
+		switch {
+		case !x.IsValid():
+		case x.Kind() == reflect.String:
+			total += x.Len()
+		case x.Type() == dictType, x.Kind() == reflect.Map:
+			stack = append(stack, x)
+		case x.Kind() == reflect.Slice || x.Kind() == reflect.Array:
+			if x.Type().Elem().Kind() == reflect.Uint8 {
+				total += x.Len()
+			} else if x.Len() > 0 {
+				stack = append(stack, x)
+			}
+		}
 	}
-	return exec.AsValue(a + b), nil
+	count(v.Val)
+	for len(stack) > 0 && total <= limit {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch {
+		case x.Type() == dictType:
+			if !x.CanInterface() {
+				continue // not reachable from a template's values
+			}
+			pairs := x.Interface().(exec.Dict).Pairs
+			total += len(pairs)
+			for i := 0; i < len(pairs) && total <= limit; i++ {
+				if p := pairs[i]; p != nil {
+					count(reflect.ValueOf(p.Key))
+					count(reflect.ValueOf(p.Value))
+				}
+			}
+		case x.Kind() == reflect.Map:
+			total += x.Len()
+			it := x.MapRange()
+			for total <= limit && it.Next() {
+				count(it.Key())
+				count(it.Value())
+			}
+		default: // a list
+			total += x.Len()
+			if l, ok := anySlice(x); ok { // the common case, without reflection per element
+				for i := 0; i < len(l) && total <= limit; i++ {
+					switch e := l[i].(type) {
+					case int, int64, float64, bool, nil:
+					case string:
+						total += len(e)
+					default:
+						count(x.Index(i))
+					}
+				}
+				continue
+			}
+			for i := 0; i < x.Len() && total <= limit; i++ {
+				count(x.Index(i))
+			}
+		}
+	}
+	return total
+}
+
+func anySlice(x reflect.Value) ([]any, bool) {
+	if !x.CanInterface() {
+		return nil, false
+	}
+	l, ok := x.Interface().([]any)
+	return l, ok
+}
+
+// listItems returns the elements of a list value, as gonja's iteration
+// gives them, without building a Value per element for a []any.
+func listItems(v *exec.Value) []any {
+	if v.Val.IsValid() && v.Val.CanInterface() {
+		if l, ok := v.Interface().([]any); ok {
+			return slices.Clone(l)
+		}
+	}
+	items := make([]any, 0, v.Len())
+	v.Iterate(func(_, _ int, key, _ *exec.Value) bool {
+		items = append(items, key.Interface())
+		return true
+	}, func() {})
+	return items
 }
 
 // sizeOf estimates the bytes a value stands for: a string's length; a list's
@@ -252,6 +553,10 @@ func sizeOf(v *exec.Value) int {
 
 var bigWidthRE = regexp.MustCompile(`[0-9]{7,}`)
 
+func sizeErrorf(format string, args ...any) error {
+	return &limitError{kind: ErrTemplateSize, msg: fmt.Sprintf(format, args...)}
+}
+
 // checkCall refuses a filter or method call whose input or arguments are
 // above the size limit, or whose result is known to be.
 func checkCall(name string, in *exec.Value, params *exec.VarArgs) error {
@@ -265,7 +570,7 @@ func checkCall(name string, in *exec.Value, params *exec.VarArgs) error {
 	}
 	for _, a := range all {
 		if a.IsInteger() && (a.Integer() > MaxRenderedSize || a.Integer() < -MaxRenderedSize) {
-			return fmt.Errorf("%s: argument %d is above the limit %d", name, a.Integer(), MaxRenderedSize)
+			return sizeErrorf("%s: argument %d is above the limit %d", name, a.Integer(), MaxRenderedSize)
 		}
 		if n := sizeOf(a); n > MaxRenderedSize {
 			return errTooLarge(name+" argument", n)
@@ -314,12 +619,12 @@ func checkCall(name string, in *exec.Value, params *exec.VarArgs) error {
 		}
 	case "format", "format_map":
 		if bigWidthRE.MatchString(in.String()) {
-			return fmt.Errorf("%s: field widths above 6 digits are refused", name)
+			return sizeErrorf("%s: field widths above 6 digits are refused", name)
 		}
 	case "tojson":
 		for _, a := range all {
 			if a.IsInteger() && a.Integer() > 16 {
-				return errors.New("tojson: indent above 16 is refused")
+				return sizeErrorf("tojson: indent above 16 is refused")
 			}
 		}
 	}
@@ -334,6 +639,9 @@ var allowedFilters = []string{
 	"trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
 }
 
+// safeFilters wraps the allowed filters with the size checks. A refusal is
+// recorded in the render's budget (found in the evaluator's context), so
+// the render fails with it, whatever gonja makes of the error value.
 var safeFilters = sync.OnceValue(func() *exec.FilterSet {
 	m := map[string]exec.FilterFunction{}
 	for _, name := range allowedFilters {
@@ -342,18 +650,32 @@ var safeFilters = sync.OnceValue(func() *exec.FilterSet {
 			continue
 		}
 		m[name] = func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+			b := budgetOf(e.Environment.Context)
 			if err := checkCall(name, in, params); err != nil {
-				return exec.AsValue(err)
+				return exec.AsValue(b.fail(0, 0, err))
 			}
 			out := f(e, in, params)
 			if n := sizeOf(out); n > MaxRenderedSize {
-				return exec.AsValue(errTooLarge(name+" result", n))
+				return exec.AsValue(b.fail(0, 0, errTooLarge(name+" result", n)))
 			}
 			return out
 		}
 	}
 	return exec.NewFilterSet(m)
 })
+
+// budgetOf returns the budget of the render a context belongs to; a
+// budget of its own when there is none (it records, and nobody reads it).
+func budgetOf(ctx *exec.Context) *budget {
+	if ctx != nil {
+		if v, ok := ctx.Get(budgetVar); ok {
+			if b, ok := v.(*budget); ok {
+				return b
+			}
+		}
+	}
+	return &budget{}
+}
 
 var allowedStrMethods = []string{
 	"capitalize", "capwords", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
@@ -363,7 +685,10 @@ var allowedStrMethods = []string{
 	"swapcase", "title", "upper", "zfill",
 }
 
-func guardMethods[I any](set *exec.MethodSet[I], names []string) *exec.MethodSet[I] {
+// guardMethods wraps the allowed methods with the size checks. Methods see
+// no context: cur returns the budget of the render running (a renderer
+// renders one template at a time), where refusals are recorded.
+func guardMethods[I any](set *exec.MethodSet[I], names []string, cur func() *budget) *exec.MethodSet[I] {
 	m := map[string]exec.Method[I]{}
 	for _, name := range names {
 		f, ok := set.Get(name)
@@ -372,11 +697,11 @@ func guardMethods[I any](set *exec.MethodSet[I], names []string) *exec.MethodSet
 		}
 		m[name] = func(self I, selfValue *exec.Value, args *exec.VarArgs) (any, error) {
 			if err := checkCall(name, selfValue, args); err != nil {
-				return nil, err
+				return nil, cur().fail(0, 0, err)
 			}
 			out, err := f(self, selfValue, args)
 			if s, ok := out.(string); ok && len(s) > MaxRenderedSize {
-				return nil, errTooLarge(name+" result", len(s))
+				return nil, cur().fail(0, 0, errTooLarge(name+" result", len(s)))
 			}
 			return out, err
 		}
@@ -384,14 +709,15 @@ func guardMethods[I any](set *exec.MethodSet[I], names []string) *exec.MethodSet
 	return exec.NewMethodSet(m)
 }
 
-var safeMethods = sync.OnceValue(func() exec.Methods {
+// safeMethods returns the allowed methods, recording into cur().
+func safeMethods(cur func() *budget) exec.Methods {
 	bm := builtins.Methods
 	return exec.Methods{
-		Bool:  guardMethods(bm.Bool, []string{"string", "int", "bit_length", "bit_count", "as_integer_ratio"}),
-		Int:   guardMethods(bm.Int, []string{"is_integer", "bit_length", "bit_count", "as_integer_ratio"}),
-		Float: guardMethods(bm.Float, []string{"is_integer", "as_integer_ratio", "hex"}),
-		Str:   guardMethods(bm.Str, allowedStrMethods),
-		Dict:  guardMethods(bm.Dict, []string{"keys", "values", "items", "get", "pop", "setdefault", "update", "copy", "clear"}),
-		List:  guardMethods(bm.List, []string{"append", "reverse", "copy"}),
+		Bool:  guardMethods(bm.Bool, []string{"string", "int", "bit_length", "bit_count", "as_integer_ratio"}, cur),
+		Int:   guardMethods(bm.Int, []string{"is_integer", "bit_length", "bit_count", "as_integer_ratio"}, cur),
+		Float: guardMethods(bm.Float, []string{"is_integer", "as_integer_ratio", "hex"}, cur),
+		Str:   guardMethods(bm.Str, allowedStrMethods, cur),
+		Dict:  guardMethods(bm.Dict, []string{"keys", "values", "items", "get", "pop", "setdefault", "update", "copy", "clear"}, cur),
+		List:  guardMethods(bm.List, []string{"append", "reverse", "copy"}, cur),
 	}
-})
+}

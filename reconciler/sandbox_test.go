@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,47 +13,181 @@ import (
 	"github.com/fleetwave/fleetwave"
 )
 
-func TestRenderHostileTemplatesFailFast(t *testing.T) {
+// renderBackstop only keeps a sandbox bug (a render that never returns)
+// from hanging the test run: it is generous and measures nothing. The
+// bounds themselves are counted (iterations, bytes), never timed.
+const renderBackstop = 5 * time.Minute
+
+// renderOrHang renders src, failing the test if the render has not
+// returned after renderBackstop.
+func renderOrHang(t *testing.T, src string) (string, error) {
+	t.Helper()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := Render("t", src, map[string]any{})
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-time.After(renderBackstop):
+		t.Fatalf("the render did not return within %v: a bound of the sandbox is missing", renderBackstop)
+		return "", nil
+	}
+}
+
+// TestRenderHostileTemplatesAreBounded renders templates that try to read
+// files or the environment, recurse, loop, or build huge values, and
+// checks that each one ends with the error of the mechanism that bounds
+// it: a parse refusal, ErrTemplateBudget (loop iterations or range()
+// elements, counted) or ErrTemplateSize (bytes, checked before anything
+// is allocated). It asserts no duration: the same template hits the same
+// bound after the same number of steps on any machine.
+func TestRenderHostileTemplatesAreBounded(t *testing.T) {
 	tests := []struct {
 		name, src, wantErr string
+		kind               error // nil: refused, but by no bound
 	}{
-		{"include of /etc/passwd", `{% include "/etc/passwd" %}`, "include"},
-		{"relative include escape", `{% include "../../../../etc/passwd" %}`, "include"},
-		{"extends", `{% extends "/etc/passwd" %}`, "extends"},
-		{"from import", `{% from "/etc/passwd" import x %}`, "from"},
-		{"environment variable", `{{ env.HOME }}`, "env"},
-		{"environ", `{{ environ }}`, "environ"},
-		{"os module", `{{ os.environ }}`, "os"},
-		{"lipsum is gone", `{{ lipsum() }}`, "lipsum"},
-		{"random filter is gone", `{{ [1, 2] | random }}`, "random"},
-		{"recursive macro", `{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}`, "macro"},
-		{"infinite nested loops over a string", `{% set s = "a" * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}`, "loop iteration budget"},
-		{"nested range", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, "budget"},
-		{"1 GiB string repetition", `{{ "a" * 1073741824 }}`, "string repetition"},
-		{"1 GiB by doubling", `{% set ns = namespace(s="a") %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}`, "limit"},
-		{"1 GiB by plus", `{% set ns = namespace(s="a") %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}`, "limit"},
-		{"1 GiB output through a loop", `{% for i in range(100000) %}{{ "a" * 100000 }}{% endfor %}`, "exceeds"},
-		{"huge center width", `{{ "a" | center(1073741824) }}`, "limit"},
-		{"huge ljust method", `{{ "a".ljust(1073741824) }}`, "limit"},
-		{"huge format width", `{{ "%01073741824d" | format(1) }}`, "field widths"},
-		{"replace blow-up", `{% set s = "a" * 1000000 %}{{ s | replace("a", s) }}`, "replace result"},
-		{"join blow-up", `{% set s = "a" * 1000000 %}{{ [s, s, s] | join("") }}`, "limit"},
-		{"credential without a store", `{{ credential_get_or_create("db") }}`, "no credential store"},
+		{"include of /etc/passwd", `{% include "/etc/passwd" %}`, "include", nil},
+		{"relative include escape", `{% include "../../../../etc/passwd" %}`, "include", nil},
+		{"extends", `{% extends "/etc/passwd" %}`, "extends", nil},
+		{"from import", `{% from "/etc/passwd" import x %}`, "from", nil},
+		{"environment variable", `{{ env.HOME }}`, "env", nil},
+		{"environ", `{{ environ }}`, "environ", nil},
+		{"os module", `{{ os.environ }}`, "os", nil},
+		{"lipsum is gone", `{{ lipsum() }}`, "lipsum", nil},
+		{"random filter is gone", `{{ [1, 2] | random }}`, "random", nil},
+		{"recursive macro", `{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}`, "macro", nil},
+		{"infinite nested loops over a string", `{% set s = "a" * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}`,
+			fmt.Sprintf("line 1 col 50: loop iteration budget of %d exceeded", MaxLoopIterations), ErrTemplateBudget},
+		{"nested range", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`,
+			fmt.Sprintf("range() iteration budget of %d exceeded", MaxRangeBudget), ErrTemplateBudget},
+		{"one huge range", `{% for i in range(1000000000) %}{% endfor %}`, "range() iteration budget", ErrTemplateBudget},
+		{"1 GiB string repetition", `{{ "a" * 1073741824 }}`, "line 1 col 8: string repetition would be 1073741824 bytes", ErrTemplateSize},
+		{"1 GiB string repetition, count first", `{{ 1073741824 * "a" }}`, "string repetition", ErrTemplateSize},
+		{"list repetition", `{{ [0] * 100000000 }}`, "line 1 col 8: list repetition would be 100000000 bytes, limit 1048576", ErrTemplateSize},
+		{"nested list repetition", `{{ [[0] * 1000] * 2000 }}`, "list repetition would be 2002000 bytes", ErrTemplateSize},
+		{"1 GiB by doubling", `{% set ns = namespace(s="a") %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}`, "limit", ErrTemplateSize},
+		{"1 GiB by plus", `{% set ns = namespace(s="a") %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}`, "limit", ErrTemplateSize},
+		{"a list doubled by nesting", `{% set ns = namespace(l=[0]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l }}`, "list would be", ErrTemplateSize},
+		{"a dict doubled by nesting", `{% set ns = namespace(d={}) %}{% for i in range(40) %}{% set ns.d = {"a": ns.d, "b": ns.d} %}{% endfor %}{{ ns.d }}`, "dict would be", ErrTemplateSize},
+		{"a list doubled by concatenation", `{% set ns = namespace(l=[0]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}`, "list would be", ErrTemplateSize},
+		{"1 GiB output through a loop", `{% for i in range(100000) %}{{ "a" * 100000 }}{% endfor %}`, "rendered output exceeds", ErrTemplateSize},
+		{"huge center width", `{{ "a" | center(1073741824) }}`, "limit", ErrTemplateSize},
+		{"huge ljust method", `{{ "a".ljust(1073741824) }}`, "limit", ErrTemplateSize},
+		{"huge format width", `{{ "%01073741824d" | format(1) }}`, "field widths", ErrTemplateSize},
+		{"replace blow-up", `{% set s = "a" * 1000000 %}{{ s | replace("a", s) }}`, "replace result", ErrTemplateSize},
+		{"join blow-up", `{% set s = "a" * 1000000 %}{{ [s, s, s] | join("") }}`, "limit", ErrTemplateSize},
+		{"credential without a store", `{{ credential_get_or_create("db") }}`, "no credential store", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			start := time.Now()
-			_, err := Render("t", tt.src, map[string]any{})
+			_, err := renderOrHang(t, tt.src)
 			if err == nil || !errors.Is(err, ErrTemplate) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+			for _, kind := range []error{ErrTemplateBudget, ErrTemplateSize} {
+				if got, want := errors.Is(err, kind), kind == tt.kind; got != want {
+					t.Fatalf("err = %v: errors.Is(err, %v) = %v, want %v", err, kind, got, want)
+				}
 			}
 			if len(err.Error()) > maxErrorTextBytes+100 {
 				t.Fatalf("error too long: %d bytes", len(err.Error()))
 			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Fatalf("took %v: not fail-fast", d)
-			}
 		})
+	}
+}
+
+// TestOperatorsOnListsAndDicts checks the operators against what Jinja2
+// renders, or the error it raises (as a clear error with the operator's
+// position in the template).
+func TestOperatorsOnListsAndDicts(t *testing.T) {
+	vars := map[string]any{"l": []any{1, 2}, "d": map[string]any{"a": 1}, "n": map[string]any{"replicas": "3"}}
+	tests := []struct{ src, want, wantErr string }{
+		{`{{ [0] * 3 }}`, "[0, 0, 0]", ""},
+		{`{{ 3 * [0] }}`, "[0, 0, 0]", ""},
+		{`{{ [1, "a"] * 2 }}`, "[1, 'a', 1, 'a']", ""},
+		{`{{ l * 2 }}|{{ (l * 2) | length }}`, "[1, 2, 1, 2]|4", ""},
+		{`{{ [0] * 0 }}{{ [0] * -2 }}`, "[][]", ""},
+		{`{{ [0] * true }}`, "[0]", ""},
+		{`{{ "ab" * 3 }}|{{ 3 * "ab" }}|{{ "ab" * 0 }}|`, "ababab|ababab||", ""},
+		{`{{ [1] + [2, 3] }}`, "[1, 2, 3]", ""},
+		{`{{ true * 3 }} {{ true + 1 }}`, "3 2", ""},
+		{`{{ n.replicas * 2 }} {{ n.replicas - 1 }}`, "33 2", ""}, // label values are strings
+		{`{{ 7 - 2 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ 7 % 2 }} {{ 2 ** 3 }} {{ 1.5 * 2 }}`, "5 3.5 3 1 8.0 3.0", ""},
+		{`{{ [1] * 2.0 }}`, "", "line 1 col 8: can't multiply sequence (list) by non-int of type 'float'"},
+		{`{{ [1] * [2] }}`, "", "line 1 col 8: can't multiply sequence (list) by non-int of type 'list'"},
+		{`{{ "a" * "b" }}`, "", "line 1 col 8: can't multiply sequence (str) by non-int of type 'str'"},
+		{"x\n  {{ d * 2 }}", "", "line 2 col 8: unsupported operand types for *: 'dict' and 'int'"},
+		{`{{ d + d }}`, "", "line 1 col 6: unsupported operand types for +: 'dict' and 'dict'"},
+		{`{{ l + 1 }}`, "", "line 1 col 6: can only concatenate list (not 'int') to list"},
+		{`{{ 1 + l }}`, "", "line 1 col 6: can only concatenate list (not 'int') to list"},
+		{`{{ l - [1] }}`, "", "line 1 col 6: unsupported operand types for -: 'list' and 'list'"},
+		{`{{ l / 2 }}`, "", "unsupported operand types for /: 'list' and 'int'"},
+		{`{{ l // 2 }}`, "", "unsupported operand types for //: 'list' and 'int'"},
+		{`{{ l % 2 }}`, "", "unsupported operand types for %: 'list' and 'int'"},
+		{`{{ d ** 2 }}`, "", "unsupported operand types for **: 'dict' and 'int'"},
+		{`{{ 1 / 0 }}`, "", "line 1 col 6: division by zero"},
+		{`{{ 1 % 0 }}`, "", "division by zero"},
+		{`{{ "%s" % 3 }}`, "", "string formatting with % is not supported, use the format filter"},
+		// an error value gonja would carry on with still fails the render
+		{`{{ (l * 2.5) is defined }}`, "", "can't multiply sequence (list) by non-int of type 'float'"},
+	}
+	for _, tt := range tests {
+		out, err := Render("t", tt.src, vars)
+		if tt.wantErr == "" {
+			if err != nil || out != tt.want {
+				t.Errorf("%s = %q, %v; want %q", tt.src, out, err, tt.want)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, ErrTemplate) || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: err = %v, want one containing %q", tt.src, err, tt.wantErr)
+		}
+	}
+}
+
+// TestScopeFollowsEveryFilter: a trigger's scope (fleetwave.Snapshot.Scope,
+// which the schema's owner check uses too) is every node that passes each
+// filter the trigger sets, checked node by node against the filters'
+// definitions on random fleets.
+func TestScopeFollowsEveryFilter(t *testing.T) {
+	for seed := int64(1); seed <= 40; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		snap := randomSnapshot(r, 5+r.Intn(40))
+		snap.Workspaces["ws-b"] = &fleetwave.Workspace{Name: "ws-b", Organization: "acme"}
+		for _, id := range snap.SortedNodeIDs() {
+			if r.Intn(3) == 0 {
+				snap.Nodes[id].Organization = []string{"acme", "globex"}[r.Intn(2)]
+			}
+		}
+		snap.Triggers["org"] = &fleetwave.Trigger{Name: "org", BlockName: "operator", TargetOrganizations: []string{"acme"}}
+		snap.Triggers["ws"] = &fleetwave.Trigger{Name: "ws", BlockName: "operator", TargetWorkspaces: []string{"ws-a"},
+			Nodes: []string{"n001", "n002", "n003", "n004", "n005", "n006"}}
+		for _, name := range sortedKeys(snap.Triggers) {
+			tr := snap.Triggers[name]
+			var want []string
+			for _, id := range snap.SortedNodeIDs() {
+				n := snap.Nodes[id]
+				org := n.Organization
+				if org == "" && snap.Workspaces[n.Workspace] != nil {
+					org = snap.Workspaces[n.Workspace].Organization
+				}
+				if (len(tr.Nodes) == 0 || slices.Contains(tr.Nodes, id)) &&
+					(len(tr.TargetOrganizations) == 0 || slices.Contains(tr.TargetOrganizations, org)) &&
+					(len(tr.TargetWorkspaces) == 0 || slices.Contains(tr.TargetWorkspaces, n.Workspace)) &&
+					(tr.Selector.Empty() || tr.Selector.Matches(n.Labels)) {
+					want = append(want, id)
+				}
+			}
+			if got := Scope(snap, tr); !reflect.DeepEqual(got, want) {
+				t.Fatalf("seed %d, trigger %s: Scope = %v, want %v", seed, name, got, want)
+			}
+		}
 	}
 }
 

@@ -8,14 +8,15 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/bounds"
@@ -31,6 +32,8 @@ const (
 	MinCredentialLen   = 8
 	maxErrorTextBytes  = 300 // gonja errors embed the whole source: cut them
 	budgetVar          = "_fw_budget"
+	opFuncName         = "_fw_op"    // the binary operators (sandbox.go)
+	sizedFuncName      = "_fw_sized" // the size check of literals (sandbox.go)
 	credentialFuncName = "credential_get_or_create"
 )
 
@@ -38,9 +41,40 @@ const (
 // that needs the template is blocked until a new generation fixes it.
 var ErrTemplate = errors.New("block_config_template")
 
+// ErrTemplateBudget is wrapped (with ErrTemplate) by a render that ran out
+// of its iteration budget: MaxLoopIterations for-loop iterations or
+// MaxRangeBudget elements of range(). The budget is counted, never timed.
+var ErrTemplateBudget = errors.New("iteration budget exceeded")
+
+// ErrTemplateSize is wrapped (with ErrTemplate) by a render stopped at a
+// value or an output above MaxRenderedSize, or at a filter or method
+// argument that would produce one; the check comes before the allocation.
+var ErrTemplateSize = errors.New("size limit exceeded")
+
+// limitError is a render stopped by a bound of the sandbox; kind is
+// ErrTemplateBudget or ErrTemplateSize.
+type limitError struct {
+	kind error
+	msg  string
+}
+
+func (e *limitError) Error() string { return e.msg }
+func (e *limitError) Unwrap() error { return e.kind }
+
 // ErrConfigSchema wraps a rendered config that does not satisfy its block's
 // config_schema; like ErrTemplate, it blocks the item until a new generation.
 var ErrConfigSchema = errors.New("config_schema")
+
+// ErrConfigNotMapping wraps a rendered config that is not one YAML mapping
+// (see renderBlock); like ErrTemplate, it blocks the item with
+// invalid_config until a new generation.
+var ErrConfigNotMapping = errors.New("rendered config is not a YAML mapping")
+
+// configShapeError is an ErrConfigNotMapping with its own text.
+type configShapeError string
+
+func (e configShapeError) Error() string        { return string(e) }
+func (e configShapeError) Is(target error) bool { return target == ErrConfigNotMapping }
 
 // configSchemaError is an ErrConfigSchema whose text is only the
 // validator's (which already names config_schema and the fields).
@@ -75,20 +109,34 @@ func (l *singleLoader) Inherit(string) (loaders.Loader, error) { return l, nil }
 type limitedWriter struct {
 	w io.Writer
 	n int64
+	b *budget
 }
 
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > l.n {
-		return 0, fmt.Errorf("rendered output exceeds %d bytes", MaxRenderedSize)
+		return 0, l.b.fail(0, 0, &limitError{kind: ErrTemplateSize, msg: fmt.Sprintf("rendered output exceeds %d bytes", MaxRenderedSize)})
 	}
 	l.n -= int64(len(p))
 	return l.w.Write(p)
 }
 
-// budget is the per-render work allowance: range() elements and loop
-// iterations. A render runs on one goroutine, so plain counters suffice.
+// budget is the state of one render: its work allowance (range() elements
+// and loop iterations) and the first error a bound or an operator of the
+// sandbox stopped it with, which is the render's error. A render runs on
+// one goroutine, so plain fields suffice.
 type budget struct {
 	rangeLeft, loopLeft int
+	err                 error
+	line, col           int // where err happened in the template; 0 when unknown
+}
+
+// fail records err as the render's error, unless one is recorded already
+// (the first one is the cause), and returns it.
+func (b *budget) fail(line, col int, err error) error {
+	if b.err == nil {
+		b.err, b.line, b.col = err, line, col
+	}
+	return err
 }
 
 // Render renders a block_config_template with vars in the sandbox: no file,
@@ -122,6 +170,7 @@ type renderer struct {
 	opts  Options
 	env   *exec.Environment
 	cache map[[32]byte]*parsed
+	cur   *budget // of the render running, for the methods (see safeMethods)
 }
 
 type parsed struct {
@@ -129,29 +178,31 @@ type parsed struct {
 	err error
 }
 
+// newRenderer returns a renderer for one plan. It renders one template at
+// a time (its methods record into the render running).
 func newRenderer(opts Options) *renderer {
 	globals := map[string]any{
 		"backup_schedule_cron": BackupScheduleCron,
-		"_fw_mul":              guardedMul,
-		"_fw_add":              guardedAdd,
-		"_fw_cat":              guardedCat,
 	}
 	for _, n := range []string{"dict", "namespace", "cycler", "joiner"} {
 		if f, ok := builtins.GlobalFunctions.Get(n); ok {
 			globals[n] = f
 		}
 	}
-	return &renderer{
-		opts: opts,
-		env: &exec.Environment{
-			Context:           exec.NewContext(globals),
-			Filters:           safeFilters(),
-			Tests:             builtins.Tests,
-			ControlStructures: safeControls(),
-			Methods:           safeMethods(),
-		},
-		cache: map[[32]byte]*parsed{},
+	r := &renderer{opts: opts, cache: map[[32]byte]*parsed{}}
+	r.env = &exec.Environment{
+		Context:           exec.NewContext(globals),
+		Filters:           safeFilters(),
+		Tests:             builtins.Tests,
+		ControlStructures: safeControls(),
+		Methods: safeMethods(func() *budget {
+			if r.cur == nil {
+				return &budget{}
+			}
+			return r.cur
+		}),
 	}
+	return r
 }
 
 func (r *renderer) parse(name, src string) (*exec.Template, error) {
@@ -174,7 +225,7 @@ func (r *renderer) parse(name, src string) (*exec.Template, error) {
 			p.err = fmt.Errorf("%w: %s", ErrTemplate, cut(err.Error()))
 			return
 		}
-		guardExpressions(reflect.ValueOf(tpl.Root()), 0)
+		guardTemplate(tpl.Root())
 		p.tpl = tpl
 	}()
 	r.cache[key] = p
@@ -182,10 +233,18 @@ func (r *renderer) parse(name, src string) (*exec.Template, error) {
 }
 
 // renderBlock renders a trigger's template for block b and checks the
-// result against b's config_schema. Errors never carry rendered values.
+// result: it must be one YAML mapping, the config file the agent hands to
+// the block's commands, or else empty (whitespace and comments only, or a
+// bare "---"), meaning "no config", but only when b has no config_schema:
+// a block with a schema expects a config. A mapping is then checked
+// against b's config_schema. Every failure blocks the item with
+// invalid_config. Errors never carry rendered values.
 func (r *renderer) renderBlock(b *fleetwave.Block, name, src string, vars map[string]any, scope string) (string, error) {
 	out, err := r.render(name, src, vars, scope)
 	if err != nil {
+		return "", err
+	}
+	if err := checkConfigShape(b, out); err != nil {
 		return "", err
 	}
 	if b != nil && b.ConfigSchema != "" && r.opts.ValidateConfig != nil {
@@ -194,6 +253,66 @@ func (r *renderer) renderBlock(b *fleetwave.Block, name, src string, vars map[st
 		}
 	}
 	return out, nil
+}
+
+// checkConfigShape returns an ErrConfigNotMapping error unless rendered is
+// one YAML mapping, or empty for a block without config_schema (see
+// renderBlock). Its messages name the shape found, never a value; go-yaml's
+// syntax messages name tokens, not content.
+func checkConfigShape(b *fleetwave.Block, rendered string) error {
+	block := ""
+	if b != nil {
+		block = "block " + b.Name + ": "
+	}
+	dec := yaml.NewDecoder(strings.NewReader(rendered))
+	var docs []*yaml.Node
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// go-yaml's "line N: " is the line of the error's context, not
+			// always of the error: only the problem is kept.
+			msg := strings.TrimPrefix(err.Error(), "yaml: ")
+			if rest, ok := strings.CutPrefix(msg, "line "); ok {
+				if _, after, ok := strings.Cut(rest, ": "); ok {
+					msg = after
+				}
+			}
+			return configShapeError(block + "rendered config is not valid YAML: " + cut(msg))
+		}
+		docs = append(docs, &n)
+	}
+	if len(docs) == 1 && len(docs[0].Content) == 1 {
+		if root := docs[0].Content[0]; root.Kind == yaml.ScalarNode && root.Tag == "!!null" && root.Value == "" {
+			docs = nil // "---" and nothing else
+		}
+	}
+	switch {
+	case len(docs) == 0:
+		if b != nil && b.ConfigSchema != "" {
+			return configShapeError(block + "rendered config is empty, expected a YAML mapping (the block has a config_schema)")
+		}
+		return nil
+	case len(docs) > 1:
+		return configShapeError(fmt.Sprintf("%srendered config holds %d YAML documents, expected one mapping", block, len(docs)))
+	}
+	what := "nothing"
+	if len(docs[0].Content) == 1 {
+		switch root := docs[0].Content[0]; root.Kind {
+		case yaml.MappingNode:
+			return nil
+		case yaml.SequenceNode:
+			what = "a list"
+		case yaml.ScalarNode:
+			what = "a single value (" + strings.TrimPrefix(root.Tag, "!!") + ")"
+		case yaml.AliasNode:
+			what = "an alias"
+		}
+	}
+	return configShapeError(block + "rendered config is " + what + ", expected a YAML mapping")
 }
 
 func (r *renderer) render(name, src string, vars map[string]any, scope string) (out string, err error) {
@@ -215,18 +334,53 @@ func (r *renderer) render(name, src string, vars map[string]any, scope string) (
 		}
 	}()
 	b := &budget{rangeLeft: MaxRangeBudget, loopLeft: MaxLoopIterations}
-	data := make(map[string]any, len(vars)+3)
+	r.cur = b
+	defer func() { r.cur = nil }()
+	data := make(map[string]any, len(vars)+5)
 	for k, v := range vars {
 		data[k] = v
 	}
 	data["range"] = b.rangeFunc
 	data[budgetVar] = b
+	data[opFuncName] = b.opFunc
+	data[sizedFuncName] = b.sizedFunc
 	data[credentialFuncName] = r.credentialFunc(scope)
 	var buf bytes.Buffer
-	if err := tpl.Execute(&limitedWriter{w: &buf, n: MaxRenderedSize}, exec.NewContext(data)); err != nil {
+	err = tpl.Execute(&limitedWriter{w: &buf, n: MaxRenderedSize, b: b}, exec.NewContext(data))
+	if b.err != nil {
+		// A bound or an operator stopped the render (or failed where gonja
+		// would carry on with an error value): that error, where it
+		// happened, is the cause; gonja's text around it names internals.
+		line, col := b.line, b.col
+		if line == 0 && err != nil {
+			line = gonjaLine(err.Error())
+		}
+		pos := ""
+		if line > 0 {
+			pos = "line " + strconv.Itoa(line)
+			if col > 0 {
+				pos += " col " + strconv.Itoa(col)
+			}
+			pos += ": "
+		}
+		return "", fmt.Errorf("%w: %s%w", ErrTemplate, pos, b.err)
+	}
+	if err != nil {
 		return "", fmt.Errorf("%w: %s", ErrTemplate, cut(err.Error()))
 	}
 	return buf.String(), nil
+}
+
+// gonjaLineRE finds the template line in gonja's error texts ("... at line
+// 3: ...", "SetControlStructure(Line=3 Col=7)").
+var gonjaLineRE = regexp.MustCompile(`(?:at line |Line=)(\d+)`)
+
+func gonjaLine(msg string) int {
+	if m := gonjaLineRE.FindStringSubmatch(msg); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	return 0
 }
 
 func (b *budget) rangeFunc(args *exec.VarArgs) ([]int, error) {
@@ -252,7 +406,7 @@ func (b *budget) rangeFunc(args *exec.VarArgs) ([]int, error) {
 	}
 	b.rangeLeft -= n
 	if n < 0 || b.rangeLeft < 0 {
-		return nil, fmt.Errorf("iteration budget of %d exceeded", MaxRangeBudget)
+		return nil, b.fail(0, 0, &limitError{kind: ErrTemplateBudget, msg: fmt.Sprintf("range() iteration budget of %d exceeded", MaxRangeBudget)})
 	}
 	out := make([]int, 0, n)
 	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {

@@ -45,13 +45,15 @@ func readTree(tb testing.TB, dir string) map[string][]byte {
 func generated10k(tb testing.TB) (string, map[string][]byte) {
 	tb.Helper()
 	dir := tb.TempDir()
-	if err := fleetgen.Generate(dir, 10_000, 50, 20, 1); err != nil {
+	// one block per BRC: BRCs of fleetgen that share a block overlap,
+	// which two reconciliation BRCs may not
+	if err := fleetgen.Generate(dir, 10_000, 50, 50, 1); err != nil {
 		tb.Fatal(err)
 	}
 	return dir, readTree(tb, dir)
 }
 
-// BenchmarkLoad10k validates a repository of 10,000 nodes, 50 BRCs and 20
+// BenchmarkLoad10k validates a repository of 10,000 nodes, 50 BRCs and 50
 // blocks (fleetgen, mixed .cue/.yaml/.json) from memory, with a fresh
 // Validator each time (no cached file results).
 func BenchmarkLoad10k(b *testing.B) {
@@ -99,7 +101,7 @@ func TestBenchReport(t *testing.T) {
 		t.Skip("set FLEETWAVE_BENCH=1 to print the schema benchmark figures")
 	}
 	dir, files := generated10k(t)
-	t.Logf("files: %d (10,000 nodes, 50 BRCs, 20 blocks), GOMAXPROCS=%d", len(files), runtime.GOMAXPROCS(0))
+	t.Logf("files: %d (10,000 nodes, 50 BRCs, 50 blocks), GOMAXPROCS=%d", len(files), runtime.GOMAXPROCS(0))
 
 	// Full validation: a fresh Validator each run, so nothing is cached.
 	full, runs := median(5, func() {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/token"
 	"github.com/robfig/cron/v3"
 
 	"github.com/fleetwave/fleetwave"
@@ -49,14 +51,31 @@ func (c *fileChecker) at(sel ...any) cue.Value {
 	return lookup(c.data, sel)
 }
 
-// errorf records an error at the field sel; the message is prefixed with the
-// field's path.
+// errorf records an error about the value of the field sel; the message is
+// prefixed with the field's path. It is positioned at the value when that
+// is a scalar (the token to fix, where CUE's own errors point too), at the
+// field otherwise (a struct or list: its name), and at the nearest
+// enclosing field that exists when sel does not.
 func (c *fileChecker) errorf(sel []any, format string, args ...any) {
+	c.report(sel, false, format, args...)
+}
+
+// keyErrorf records an error about the name of the field sel (a label key,
+// a window or action name), positioned at that name.
+func (c *fileChecker) keyErrorf(sel []any, format string, args ...any) {
+	c.report(sel, true, format, args...)
+}
+
+func (c *fileChecker) report(sel []any, atName bool, format string, args ...any) {
 	fe := fleetwave.FileError{Path: c.path, Msg: fieldName(sel) + ": " + fmt.Sprintf(format, args...)}
 	for len(sel) > 0 {
 		v := c.at(sel...)
-		if v.Exists() && v.Pos().Filename() == c.path && v.Pos().Line() > 0 {
-			fe.Line, fe.Col = v.Pos().Line(), v.Pos().Column()
+		pos := v.Pos()
+		if !atName {
+			pos = valuePos(v)
+		}
+		if v.Exists() && pos.Filename() == c.path && pos.Line() > 0 {
+			fe.Line, fe.Col = pos.Line(), pos.Column()
 			break
 		}
 		sel = sel[:len(sel)-1]
@@ -65,6 +84,21 @@ func (c *fileChecker) errorf(sel []any, format string, args ...any) {
 		fe.Line, fe.Col = 1, 1
 	}
 	c.errs = append(c.errs, fe)
+}
+
+// valuePos returns where the value v of a field is written: the scalar
+// literal itself, or the field (its name) for a struct or list. CUE's
+// Value.Pos gives the field's name for every field value.
+func valuePos(v cue.Value) token.Pos {
+	if f, ok := v.Source().(*ast.Field); ok {
+		switch x := f.Value.(type) {
+		case *ast.BasicLit, *ast.UnaryExpr:
+			if x.Pos().IsValid() {
+				return x.Pos()
+			}
+		}
+	}
+	return v.Pos()
 }
 
 func fieldName(sel []any) string {
@@ -124,23 +158,30 @@ func (c *fileChecker) cron(sel []any, expr string) {
 	}
 }
 
+// name checks a name used as a map key (a window or action name).
 func (c *fileChecker) name(sel []any, what, name string) {
 	if !nameRE.MatchString(name) {
-		c.errorf(sel, "invalid %s %q, expected a DNS-label-like name (lowercase letters, digits and '-', 1-63 chars)", what, name)
+		c.keyErrorf(sel, "invalid %s %q, expected a DNS-label-like name (lowercase letters, digits and '-', 1-63 chars)", what, name)
 	}
 }
 
-func (c *fileChecker) labelKey(sel []any, k string) {
+// labelKey checks a label key: the name of the field sel (a key of
+// labels) when atName, else its value (the key of a selector term).
+func (c *fileChecker) labelKey(sel []any, k string, atName bool) {
+	report := c.errorf
+	if atName {
+		report = c.keyErrorf
+	}
 	name := k
 	if prefix, rest, ok := strings.Cut(k, "/"); ok {
 		if len(prefix) > 253 || !dnsPrefixRE.MatchString(prefix) {
-			c.errorf(sel, "invalid label key %q: the prefix before '/' must be a DNS subdomain such as \"example.com\"", k)
+			report(sel, "invalid label key %q: the prefix before '/' must be a DNS subdomain such as \"example.com\"", k)
 			return
 		}
 		name = rest
 	}
 	if len(name) == 0 || len(name) > maxLabelLen || !isLabelPart(name) {
-		c.errorf(sel, "invalid label key %q, expected 1-63 chars of [A-Za-z0-9._-] starting and ending with a letter or digit (optionally prefixed by \"example.com/\")", k)
+		report(sel, "invalid label key %q, expected 1-63 chars of [A-Za-z0-9._-] starting and ending with a letter or digit (optionally prefixed by \"example.com/\")", k)
 	}
 }
 
@@ -176,7 +217,7 @@ func (c *fileChecker) labels(sel []any, labels map[string]string, limit bool) {
 	}
 	for _, k := range sortedKeys(labels) {
 		s := append(slices.Clone(sel), k)
-		c.labelKey(s, k)
+		c.labelKey(s, k, true)
 		c.labelValue(s, labels[k])
 	}
 }
@@ -192,7 +233,7 @@ func (c *fileChecker) selectorAt(base []any, s *fleetwave.Selector) {
 	c.labels(append(slices.Clone(base), "match_labels"), s.MatchLabels, false)
 	for i, t := range s.MatchExpressions {
 		sel := append(slices.Clone(base), "match_expressions", i)
-		c.labelKey(append(slices.Clone(sel), "key"), t.Key)
+		c.labelKey(append(slices.Clone(sel), "key"), t.Key, false)
 		switch t.Operator {
 		case "in", "notin":
 			if len(t.Values) == 0 {

@@ -1,6 +1,8 @@
 package schema
 
 import (
+	"fmt"
+
 	"cuelang.org/go/cue"
 
 	"github.com/fleetwave/fleetwave"
@@ -23,29 +25,25 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 	}
 	_, configValid := snap.Objects[configKey]
 
-	// Organizations and workspaces are optional records: a name is known
-	// when a record exists or a node (or workspace) names it.
-	orgs, workspaces := map[string]bool{}, map[string]bool{}
-	for name := range snap.Organizations {
-		orgs[name] = true
-	}
-	for name, w := range snap.Workspaces {
-		workspaces[name] = true
-		if w.Organization != "" {
-			orgs[w.Organization] = true
-		}
-	}
-	for _, n := range snap.Nodes {
-		if n.Organization != "" {
-			orgs[n.Organization] = true
-		}
-		if n.Workspace != "" {
-			workspaces[n.Workspace] = true
-		}
-	}
 	exists := func(k fleetwave.Kind, name string) bool {
 		_, ok := present[fleetwave.Key(k, name)]
 		return ok
+	}
+	// Organizations and workspaces are optional records: a fleet may have
+	// none, and a node may name neither. But every organization or
+	// workspace an object names (a node, a workspace's organization, a
+	// trigger's targets) must have its record: a typo would otherwise
+	// silently put nodes into a group no trigger targets, without the
+	// windows and criticality its record would give them.
+	organization := func(c *fileChecker, sel []any, org string) {
+		if org != "" && !exists(fleetwave.KindOrganization, org) {
+			c.errorf(sel, "organization %q is not defined (no organizations/%s.*)", org, org)
+		}
+	}
+	workspace := func(c *fileChecker, sel []any, ws string) {
+		if ws != "" && !exists(fleetwave.KindWorkspace, ws) {
+			c.errorf(sel, "workspace %q is not defined (no workspaces/%s.*)", ws, ws)
+		}
 	}
 
 	for _, o := range objs {
@@ -94,14 +92,10 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			checkTriggerBlock(c, snap, x, exists(fleetwave.KindBlock, x.BlockName))
 			nodes(x.Nodes)
 			for i, org := range x.TargetOrganizations {
-				if !orgs[org] {
-					c.errorf(fld("target_organizations", i), "organization %q is not defined, expected a record organizations/%s or a node or workspace in it", org, org)
-				}
+				organization(c, fld("target_organizations", i), org)
 			}
 			for i, ws := range x.TargetWorkspaces {
-				if !workspaces[ws] {
-					c.errorf(fld("target_workspaces", i), "workspace %q is not defined, expected a record workspaces/%s or a node in it", ws, ws)
-				}
+				workspace(c, fld("target_workspaces", i), ws)
 			}
 			if x.MaintenanceWindow != "" {
 				if configValid {
@@ -112,6 +106,8 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			}
 		case *fleetwave.Node:
 			windows(fld("maintenance_windows"), x.MaintenanceWindows)
+			organization(c, fld("organization"), x.Organization)
+			workspace(c, fld("workspace"), x.Workspace)
 			if w := snap.Workspaces[x.Workspace]; w != nil && x.Organization != "" && w.Organization != "" && w.Organization != x.Organization {
 				c.errorf(fld("organization"), "found %q, but workspace %q belongs to organization %q", x.Organization, x.Workspace, w.Organization)
 			}
@@ -119,6 +115,7 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			windows(fld("maintenance_windows"), x.MaintenanceWindows)
 		case *fleetwave.Workspace:
 			windows(fld("maintenance_windows"), x.MaintenanceWindows)
+			organization(c, fld("organization"), x.Organization)
 		case *fleetwave.RolloutRequest:
 			if t := brc(x.BRC); t != nil && x.ActionName != "" {
 				if b := snap.Blocks[t.BlockName]; b != nil {
@@ -133,6 +130,71 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			nodes(x.Nodes)
 		}
 		errs = append(errs, c.errs...)
+	}
+	return append(errs, ownerConflicts(snap, objs, dataOf)...)
+}
+
+// maxOwnersPaired bounds the triggers of one block instance that a later
+// trigger is compared with, so that the check stays linear in the scopes
+// even for a tree where many triggers overlap (each conflicting trigger is
+// still reported).
+const maxOwnersPaired = 8
+
+// ownerConflicts reports two reconciliation triggers that own the same
+// block instance (the same block on the same node): each would converge it
+// to its own version, config and state, so the instance would flip
+// between them with every plan. Schedule triggers own no instance and are
+// exempt; a trigger with desired_state absent owns the instances it
+// removes. The error is reported once per pair of triggers, in the file
+// that comes later in path order, at its block_name, with the number of
+// shared nodes and the first of them. Scopes are those the reconciler
+// plans with (Snapshot.Scope), over the valid objects.
+func ownerConflicts(snap *fleetwave.Snapshot, objs []*object, dataOf func(path string) cue.Value) []fleetwave.FileError {
+	type pair struct{ first, later *object }
+	type shared struct {
+		count int
+		node  string
+	}
+	var errs []fleetwave.FileError
+	byBlock := map[string][]*object{} // reconciliation triggers by block, in path order
+	for _, o := range objs {
+		if t, ok := o.obj.(*fleetwave.Trigger); ok && t.TriggerType != fleetwave.TriggerSchedule {
+			byBlock[t.BlockName] = append(byBlock[t.BlockName], o)
+		}
+	}
+	for _, block := range sortedKeys(byBlock) {
+		triggers := byBlock[block]
+		if len(triggers) < 2 {
+			continue
+		}
+		owners := map[string][]*object{} // node -> triggers owning its instance
+		conflicts := map[pair]*shared{}
+		var order []pair
+		for _, o := range triggers {
+			for _, id := range snap.Scope(o.obj.(*fleetwave.Trigger)) {
+				for _, first := range owners[id][:min(len(owners[id]), maxOwnersPaired)] {
+					k := pair{first, o}
+					sh := conflicts[k]
+					if sh == nil {
+						sh = &shared{node: id} // scopes are sorted: the first node
+						conflicts[k] = sh
+						order = append(order, k)
+					}
+					sh.count++
+				}
+				owners[id] = append(owners[id], o)
+			}
+		}
+		for _, k := range order {
+			sh := conflicts[k]
+			where := "node " + sh.node
+			if sh.count > 1 {
+				where = fmt.Sprintf("%d nodes, e.g. %s,", sh.count, sh.node)
+			}
+			c := &fileChecker{path: k.later.path, dataOf: dataOf}
+			c.errorf(fld("block_name"), "block %s on %s is also managed by %s (two reconciliation BRCs cannot own one block instance)", block, where, k.first.path)
+			errs = append(errs, c.errs...)
+		}
 	}
 	return errs
 }

@@ -6,9 +6,31 @@
 // ObjectKeyForPath maps a repository path to the object it must hold:
 // fleetwave.{cue,yaml,yml,json} at the root is the kind:config object,
 // brc/<name> a trigger, blocks/<name> a block, nodes/<id> a node, and
-// organizations/, workspaces/, rollouts/, approvals/ their kinds. Every
-// other file (README.md, status/, cue.mod/, dotfiles, sub-folders of object
-// folders) is ignored.
+// organizations/, workspaces/, rollouts/, approvals/ their kinds. Object
+// folders are flat. A file with an object extension (.cue, .yaml, .yml,
+// .json) anywhere else is an error ("not part of the repository layout"):
+// a typo in a folder name (node/x.cue) or a sub-folder (nodes/eu/x.cue)
+// would otherwise silently drop objects from the fleet. Not reported, and
+// not read: files of other extensions (README.md, *.sh), status/ (the
+// hub's), cue.mod/ (the CUE module and the vendored schema) and every path
+// with an element starting with '.' (.git, .github, editor files).
+//
+// # Positions
+//
+// Every error of a file that has a place in it carries path:line:col, at
+// the offending token: the value of a field for an error about its value,
+// the field's name for an error about the name (a label key) or about a
+// struct or list. Lines count from 1 at '\n'; columns count bytes from 1,
+// as CUE's positions do (a tab or a multi-byte character before the token
+// counts as its bytes). Errors about a whole file (its size, its place in
+// the layout, a missing file) have no line.
+//
+// CUE's YAML decoder is go-yaml, whose syntax errors carry at most a line,
+// and for parser errors the line of the enclosing construct, often one
+// early: parseFile locates them again from go-yaml's parser state (see
+// yamlSyntaxError), and a character YAML does not allow (a control
+// character) at that character. A file that is not UTF-8 is refused at
+// its first invalid byte, whatever its format.
 //
 // # Validation, in three passes
 //
@@ -30,10 +52,21 @@
 //     applied only after a file validated, by unifying it with the
 //     defaults structs of the schema: default disjunctions inside the validating
 //     definitions would add "empty disjunction" noise to every error.
+//     Integer fields are at most 2147483647 (#Int): a larger number,
+//     even one beyond 64 bits, is reported as out of bound like any other.
 //  3. Across objects: one config, a trigger's block and actions exist,
-//     referenced nodes, organizations, workspaces, maintenance windows and
-//     triggers exist. A reference to an object whose file exists but failed
-//     pass 2 is not reported twice.
+//     referenced nodes, maintenance windows and triggers exist.
+//     Organizations and workspaces are optional records (a fleet may have
+//     none and a node may name neither), but every organization or
+//     workspace an object names must have its record: a node's
+//     organization and workspace, a workspace's organization, a trigger's
+//     target_organizations and target_workspaces. A node's organization
+//     must be its workspace's, when both say one. Two reconciliation
+//     triggers (not schedules; desired_state absent included) may not own
+//     the same block instance, the same block on a node of both scopes
+//     (fleetwave.Snapshot.Scope, what the reconciler plans with): one
+//     error per pair of triggers, in the later file. A reference to an
+//     object whose file exists but failed pass 2 is not reported twice.
 //
 // Every problem of the tree is reported in one run, as a
 // *fleetwave.ValidationError sorted by path, line and column. A panic while

@@ -74,11 +74,21 @@ func checkTokenDepth(p string, data []byte) []fleetwave.FileError {
 	}
 }
 
-// checkTree walks a parsed file without recursion and refuses nesting
-// deeper than MaxNestingDepth and data larger than maxSize once YAML
+// checkTree walks a file parsed from YAML without recursion and refuses
+// nesting deeper than MaxNestingDepth and data larger than maxSize once
 // aliases are expanded (CUE's YAML decoder copies each alias into a fresh
 // subtree and bounds their number, but not their size: one 500 KiB string
 // aliased 2,000 times would become 1 GB of data).
+//
+// It also repairs the one literal CUE's decoder writes wrongly: a float
+// written as an integer, in particular an integer too large for 64 bits
+// (go-yaml resolves it as a float) but also `!!float 3`, becomes the
+// literal text "number & <digits>" (meant as "any number equal to it"),
+// which CUE then fails to parse, with a message naming neither the field
+// nor a limit. Written as the integer literal it is (YAML 1.2's core
+// schema reads 99999999999999999999999 as an integer), it meets the
+// schema's bound (#Int) and is reported as out of range like any other
+// number.
 func checkTree(p string, f *ast.File, maxSize int64) []fleetwave.FileError {
 	type item struct {
 		n     ast.Node
@@ -118,12 +128,37 @@ func checkTree(p string, f *ast.File, maxSize int64) []fleetwave.FileError {
 			stack = append(stack, item{n.X, it.depth})
 		case *ast.BasicLit:
 			size += int64(len(n.Value))
+			if num, ok := strings.CutPrefix(n.Value, "number & "); ok && n.Kind == token.FLOAT {
+				num = strings.TrimPrefix(num, "+")
+				if isDigits(strings.TrimPrefix(num, "-")) {
+					n.Kind, n.Value = token.INT, num
+				}
+			}
 		}
 		if size > maxSize {
-			return []fleetwave.FileError{{Path: p, Msg: fmt.Sprintf("data expands to more than %d bytes (through YAML aliases), expected at most the file size limit", maxSize)}}
+			fe := posError(p, it.n.Pos(), fmt.Sprintf("data expands to more than %d bytes (through YAML aliases), expected at most the file size limit", maxSize))
+			if fe.Line == 0 {
+				fe.Line, fe.Col = 1, 1
+			}
+			return []fleetwave.FileError{fe}
 		}
 	}
 	return nil
+}
+
+// isDigits reports whether s is a decimal integer literal: ASCII digits,
+// with single underscores between them (YAML 1.1 and CUE both allow
+// 1_000_000).
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '_' && i > 0 && i < len(s)-1 && s[i-1] != '_' {
+			continue
+		}
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // yamlExpandedSize returns an estimate of the size of a YAML document once

@@ -11,13 +11,14 @@ import (
 // baseTree is a small valid tree; each broken case changes a few files.
 func baseTree() map[string][]byte {
 	return map[string][]byte{
-		"fleetwave.yaml":  []byte("kind: config\nname: fleetwave\nmaintenance_windows:\n  nightly:\n    cron: \"0 2 * * *\"\n    duration: 2h\n"),
-		"blocks/web.yaml": []byte("kind: block\nname: web\nactions:\n  install:\n    command: echo install\n  upgrade:\n    command: echo upgrade\n    timeout: 30s\n"),
-		"brc/web.yaml":    []byte("kind: trigger\nname: web\nblock_name: web\ntarget_version: \"1.0\"\n"),
-		"nodes/n1.yaml":   []byte("kind: node\nname: n1\nlabels:\n  env: prod\n"),
-		"nodes/n2.cue":    []byte("kind: \"node\"\nname: \"n2\"\nworkspace: \"ws\"\n"),
-		"README.md":       []byte("# not an object\n"),
-		"status/x.yaml":   []byte("not: [valid\n"),
+		"fleetwave.yaml":     []byte("kind: config\nname: fleetwave\nmaintenance_windows:\n  nightly:\n    cron: \"0 2 * * *\"\n    duration: 2h\n"),
+		"blocks/web.yaml":    []byte("kind: block\nname: web\nactions:\n  install:\n    command: echo install\n  upgrade:\n    command: echo upgrade\n    timeout: 30s\n"),
+		"brc/web.yaml":       []byte("kind: trigger\nname: web\nblock_name: web\ntarget_version: \"1.0\"\n"),
+		"nodes/n1.yaml":      []byte("kind: node\nname: n1\nlabels:\n  env: prod\n"),
+		"nodes/n2.cue":       []byte("kind: \"node\"\nname: \"n2\"\nworkspace: \"ws\"\n"),
+		"workspaces/ws.yaml": []byte("kind: workspace\nname: ws\n"),
+		"README.md":          []byte("# not an object\n"),
+		"status/x.yaml":      []byte("not: [valid\n"),
 	}
 }
 
@@ -50,8 +51,8 @@ func TestBaseTreeIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	if len(snap.Objects) != 5 {
-		t.Errorf("objects = %d, want 5 (README.md and status/ ignored)", len(snap.Objects))
+	if len(snap.Objects) != 6 {
+		t.Errorf("objects = %d, want 6 (README.md and status/ ignored)", len(snap.Objects))
 	}
 	if snap.Config.MaxConcurrent != 10 || snap.Config.MaxRetries != 3 || snap.Config.BackoffText != "10s" ||
 		snap.Config.ReconcileMode != "enforce" || snap.Config.FailureThresholdPercent != 100 || len(snap.Config.PriorityOrder) != 3 {

@@ -24,7 +24,7 @@ func TestEveryProblemOfATreeIsReportedSorted(t *testing.T) {
 		t.Fatal(lerr)
 	}
 	want := []string{
-		`blocks/api.json:1:75: actions.install.timeout: invalid duration "soon", expected a Go duration such as "90s" or "5m"`,
+		`blocks/api.json:1:85: actions.install.timeout: invalid duration "soon", expected a Go duration such as "90s" or "5m"`,
 		`brc/web.yaml:5:17: max_concurrent: invalid value 0 (out of bound >=1)`,
 		`nodes/n1.yaml:3:10: labels.a b: invalid label key "a b", expected 1-63 chars of [A-Za-z0-9._-] starting and ending with a letter or digit (optionally prefixed by "example.com/")`,
 		`nodes/n2.cue:3:14: criticality: invalid value "urgent", expected one of "high", "low", "medium"`,
@@ -157,7 +157,10 @@ func TestLoadDirRefusesSymlinks(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "nodes", "linked.cue")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(outside, filepath.Join(dir, "notes.cue")); err != nil { // not an object path: ignored
+	if err := os.Symlink(outside, filepath.Join(dir, "notes.txt")); err != nil { // not an object file: ignored
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "notes.cue")); err != nil { // outside the layout: reported as such
 		t.Fatal(err)
 	}
 	_, err := newValidator(t).LoadDir(dir)
@@ -165,7 +168,8 @@ func TestLoadDirRefusesSymlinks(t *testing.T) {
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
-	want := "nodes/linked.cue: symbolic links are not allowed here, expected a regular file or folder"
+	want := "nodes/linked.cue: symbolic links are not allowed here, expected a regular file or folder\n" +
+		"notes.cue: " + layoutMessage
 	if strings.Join(got, "\n") != want {
 		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
 	}

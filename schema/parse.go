@@ -32,8 +32,13 @@ func newContext() (*cue.Context, error) {
 //
 // Parsing is bounded: nesting deeper than MaxNestingDepth is refused (before
 // the recursive CUE parser runs, for CUE and JSON), and so is a YAML file
-// whose aliases expand to more than maxSize bytes of data.
+// whose aliases expand to more than maxSize bytes of data. A file that is
+// not UTF-8 is refused at its first invalid byte. Every error is positioned
+// at the offending token (see "Positions" in doc.go).
 func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.FileError) {
+	if errs := checkUTF8(p, data); len(errs) > 0 {
+		return nil, errs
+	}
 	switch path.Ext(p) {
 	case ".cue":
 		if errs := checkTokenDepth(p, data); len(errs) > 0 {
@@ -57,19 +62,44 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 		}
 		f, err := cueyaml.Extract(p, data)
 		if err != nil {
+			// go-yaml's syntax errors reach us as text without a usable
+			// position; CUE's own errors (after go-yaml parsed) have one.
+			if !hasPosition(p, err) {
+				if fe, ok := yamlSyntaxError(p, data); ok {
+					return nil, []fleetwave.FileError{fe}
+				}
+				if fe, ok := yamlConversionError(p, data, err); ok {
+					return nil, []fleetwave.FileError{fe}
+				}
+			}
 			return nil, syntaxErrors(p, "YAML", err)
 		}
 		if errs := checkTree(p, f, maxSize); len(errs) > 0 {
 			return nil, errs
 		}
 		if len(bytes.TrimSpace(data)) == 0 {
-			return nil, []fleetwave.FileError{{Path: p, Msg: "empty file, expected one object (a mapping with kind and name)"}}
+			return nil, []fleetwave.FileError{{Path: p, Line: 1, Col: 1, Msg: "empty file, expected one object (a mapping with kind and name)"}}
 		}
 		if len(f.Decls) == 1 {
 			if e, ok := f.Decls[0].(*ast.EmbedDecl); ok {
+				if emptyYAML(e.Expr) {
+					return nil, []fleetwave.FileError{{Path: p, Line: 1, Col: 1, Msg: "empty file (comments only), expected one object (a mapping with kind and name)"}}
+				}
+				// CUE's decoder returns a stream of several documents as a
+				// list without brackets; a YAML sequence has its bracket.
+				if l, ok := e.Expr.(*ast.ListLit); ok && !l.Lbrack.IsValid() && len(l.Elts) > 1 {
+					// at the second document: the first may well be the
+					// object; at its "---" when it is empty
+					pos := l.Elts[1].Pos()
+					fe := posError(p, pos, "found "+strconv.Itoa(len(l.Elts))+" YAML documents, expected one object (a mapping with kind and name)")
+					if start := pos.Offset() - (fe.Col - 1); fe.Line > 0 && start >= 0 && bytes.HasPrefix(data[start:], []byte("---")) {
+						fe.Col = 1
+					}
+					return nil, []fleetwave.FileError{fe}
+				}
 				what := "a single value"
-				if l, ok := e.Expr.(*ast.ListLit); ok {
-					what = strconv.Itoa(len(l.Elts)) + " YAML documents"
+				if _, ok := e.Expr.(*ast.ListLit); ok {
+					what = "a list"
 				}
 				return nil, []fleetwave.FileError{posError(p, e.Pos(), "found "+what+", expected one object (a mapping with kind and name)")}
 			}
@@ -87,14 +117,61 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 		if !ok {
 			return nil, []fleetwave.FileError{posError(p, x.Pos(), "found a JSON value that is not an object, expected one object with kind and name")}
 		}
+		quoteLabels(s, data)
 		return &ast.File{Filename: p, Decls: s.Elts}, nil
 	}
 	return nil, []fleetwave.FileError{{Path: p, Msg: "unsupported file extension, expected .cue, .yaml, .yml or .json"}}
 }
 
+// quoteLabels moves the position of every JSON field name written as a CUE
+// identifier back to its opening quote: CUE's JSON decoder turns "kind"
+// into the identifier kind positioned at its first letter, one column
+// right of where the token starts, while string values (and the quoted
+// names YAML and CUE files keep) are positioned at their quote. The tree
+// is at most MaxNestingDepth deep (checkTokenDepth ran first).
+func quoteLabels(n ast.Node, data []byte) {
+	ast.Walk(n, func(n ast.Node) bool {
+		if f, ok := n.(*ast.Field); ok {
+			if id, ok := f.Label.(*ast.Ident); ok && id.NamePos.IsValid() {
+				if off := id.NamePos.Offset(); off > 0 && off <= len(data) && data[off-1] == '"' {
+					id.NamePos = id.NamePos.Add(-1)
+				}
+			}
+		}
+		return true
+	}, nil)
+}
+
 // lineInMsg matches the "file:line: " prefix YAML syntax errors carry in
 // their message instead of a position.
 var lineInMsg = regexp.MustCompile(`^[^:]*:(\d+):(?:(\d+):)? ?`)
+
+// emptyYAML reports whether x is what CUE's YAML decoder returns for a
+// stream without a document (comments only): *null | _.
+func emptyYAML(x ast.Expr) bool {
+	b, ok := x.(*ast.BinaryExpr)
+	if !ok || b.Op != token.OR {
+		return false
+	}
+	u, ok := b.X.(*ast.UnaryExpr)
+	if !ok || u.Op != token.MUL {
+		return false
+	}
+	lit, ok := u.X.(*ast.BasicLit)
+	return ok && lit.Kind == token.NULL
+}
+
+// hasPosition reports whether a CUE error has a position in file p.
+func hasPosition(p string, err error) bool {
+	for _, e := range cueerrors.Errors(err) {
+		for _, pos := range cueerrors.Positions(e) {
+			if pos.Filename() == p && pos.Line() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func syntaxErrors(p, format string, err error) []fleetwave.FileError {
 	var out []fleetwave.FileError
@@ -120,6 +197,8 @@ func syntaxErrors(p, format string, err error) []fleetwave.FileError {
 			}
 			msg = msg[len(m[0]):]
 		}
+		// go-yaml's errors without a line name the file in their text
+		msg = strings.TrimPrefix(msg, p+": ")
 		fe.Msg = "invalid " + format + ": " + msg
 		out = append(out, fe)
 	}

@@ -29,8 +29,10 @@ var objectExts = map[string]bool{".cue": true, ".yaml": true, ".yml": true, ".js
 // object the file must hold: "brc/x.cue" -> "trigger/x", "fleetwave.cue" ->
 // "config/fleetwave", "nodes/n1.yaml" -> "node/n1". It returns ok=false for
 // every path that holds no object: other extensions, dotfiles, files in
-// sub-folders of an object folder, other folders, unclean paths. The name
-// part is the file name stem as written; Load checks that it is a valid name.
+// sub-folders of an object folder, other folders, unclean paths; Load
+// reports those of them that look like object files (see outsideLayout).
+// The name part is the file name stem as written; Load checks that it is a
+// valid name.
 func ObjectKeyForPath(p string) (fleetwave.ObjectKey, bool) {
 	if p == "" || path.Clean(p) != p || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") {
 		return "", false
@@ -55,6 +57,37 @@ func ObjectKeyForPath(p string) (fleetwave.ObjectKey, bool) {
 		return "", false
 	}
 	return fleetwave.Key(kind, stem), true
+}
+
+// layoutMessage is the error of an object file outside the layout.
+const layoutMessage = "not part of the repository layout: object files belong in brc/, blocks/, nodes/, organizations/, workspaces/, rollouts/, approvals/ (or fleetwave.cue at the root); subfolders are not read"
+
+// outsideLayout reports whether a repository path has the extension of an
+// object file (.cue, .yaml, .yml, .json) but is not where the layout reads
+// objects: a typo in a folder name (node/x.cue), a sub-folder of an object
+// folder (nodes/eu/x.cue), another file at the root. Load reports such a
+// file instead of ignoring it, so a misplaced object never silently drops
+// out of the fleet. Paths under status/ (written by the hub), cue.mod/
+// (the CUE module and the vendored schema) and every path with an element
+// starting with '.' (.git, .github, editor files) are not objects and are
+// not reported; neither are files of other extensions (README.md, *.sh).
+func outsideLayout(p string) bool {
+	if !objectExts[path.Ext(p)] {
+		return false
+	}
+	if _, ok := ObjectKeyForPath(p); ok {
+		return false
+	}
+	top, _, _ := strings.Cut(p, "/")
+	if top == "status" || top == "cue.mod" {
+		return false
+	}
+	for _, el := range strings.Split(p, "/") {
+		if strings.HasPrefix(el, ".") {
+			return false
+		}
+	}
+	return true
 }
 
 // folderOf returns the folder a kind's files live in, for messages.

@@ -141,7 +141,9 @@ type object struct {
 // Load validates a whole tree, given as repository-relative slash paths ->
 // contents, and returns the decoded snapshot with Objects filled (Path,
 // Hash) and Commit and Generations left empty. Files that hold no object
-// (see ObjectKeyForPath) are ignored. On any problem it returns a nil
+// (see ObjectKeyForPath) are ignored, except object files outside the
+// layout (see outsideLayout), which are errors; their content is not read
+// and may be nil. On any problem it returns a nil
 // snapshot and a *fleetwave.ValidationError listing every problem found,
 // sorted by path, line and column.
 //
@@ -150,14 +152,16 @@ type object struct {
 // the previous Load is not parsed again (see the package documentation).
 func (v *Validator) Load(files map[string][]byte) (*fleetwave.Snapshot, error) {
 	paths := make([]job, 0, len(files))
+	var errs []fleetwave.FileError
 	for p := range files {
 		if key, ok := ObjectKeyForPath(p); ok {
 			paths = append(paths, job{path: p, key: key})
+		} else if outsideLayout(p) {
+			errs = append(errs, fleetwave.FileError{Path: p, Msg: layoutMessage})
 		}
 	}
 	slices.SortFunc(paths, func(a, b job) int { return strings.Compare(a.path, b.path) })
 
-	var errs []fleetwave.FileError
 	present := make(map[fleetwave.ObjectKey]string, len(paths)) // every object file, valid or not
 	jobs := make([]job, 0, len(paths))
 	for _, pk := range paths {
@@ -277,7 +281,7 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 			Msg: fmt.Sprintf("kind: required field is missing, expected %q (the kind of files in %s)", kind, folderOf(kind))}}
 	}
 	if s, err := kv.String(); err != nil || s != string(kind) {
-		return nil, []fleetwave.FileError{posError(p, kv.Pos(),
+		return nil, []fleetwave.FileError{posError(p, valuePos(kv),
 			fmt.Sprintf("kind: found %s, expected %q (the kind of files in %s)", describe(kv), kind, folderOf(kind)))}
 	}
 	u := v.defs[kind].Unify(dv)
@@ -286,7 +290,7 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 	}
 	nv := dv.LookupPath(cue.MakePath(cue.Str("name")))
 	if name, _ := nv.String(); name != key.Name() {
-		return nil, []fleetwave.FileError{posError(p, nv.Pos(),
+		return nil, []fleetwave.FileError{posError(p, valuePos(nv),
 			fmt.Sprintf("name: found %q, expected %q (the file name without its extension)", name, key.Name()))}
 	}
 	withDefaults := dv
@@ -424,6 +428,13 @@ func cueErrors(p string, data cue.Value, err error) []fleetwave.FileError {
 			}
 		}
 		msg := cueMsg(e)
+		if strings.TrimSpace(msg) == "" {
+			// Some errors (of Decode, say) carry their text only in Error().
+			msg = strings.TrimPrefix(strings.TrimSpace(e.Error()), p+": ")
+		}
+		if msg == "" {
+			msg = "invalid value"
+		}
 		switch {
 		case strings.Contains(msg, "empty disjunction"):
 			g.disj = true
@@ -522,9 +533,11 @@ func contains(list []string, s string) bool {
 var skipDirs = map[string]bool{".git": true, "status": true, "cue.mod": true}
 
 // LoadDir reads the object files of a directory tree and calls Load. It
-// skips .git, status/ and cue.mod/ and never reads files that hold no
-// object. A symbolic link where an object file or folder would be is
-// refused with a FileError (it could point outside the repository).
+// skips .git, status/, cue.mod/ and other dot-folders and never reads files
+// that hold no object; object files outside the layout are handed to Load
+// by path only, which reports them. A symbolic link where an object file or
+// folder would be is refused with a FileError (it could point outside the
+// repository).
 func (v *Validator) LoadDir(dir string) (*fleetwave.Snapshot, error) {
 	files := map[string][]byte{}
 	var errs []fleetwave.FileError
@@ -542,11 +555,10 @@ func (v *Validator) LoadDir(dir string) (*fleetwave.Snapshot, error) {
 		}
 		top, _, nested := strings.Cut(rel, "/")
 		if d.IsDir() {
-			if !nested && (skipDirs[top] || strings.HasPrefix(top, ".")) {
+			// Sub-folders of object folders are walked: object files in
+			// them are outside the layout and reported.
+			if (!nested && skipDirs[top]) || strings.HasPrefix(d.Name(), ".") {
 				return fs.SkipDir
-			}
-			if _, isFolder := folders[top]; nested && isFolder {
-				return fs.SkipDir // object folders are flat
 			}
 			return nil
 		}
@@ -554,10 +566,15 @@ func (v *Validator) LoadDir(dir string) (*fleetwave.Snapshot, error) {
 		if d.Type()&fs.ModeSymlink != 0 {
 			if _, isFolder := folders[rel]; isObject || isFolder {
 				errs = append(errs, fleetwave.FileError{Path: rel, Msg: "symbolic links are not allowed here, expected a regular file or folder"})
+			} else if outsideLayout(rel) {
+				files[rel] = nil
 			}
 			return nil
 		}
 		if !isObject {
+			if outsideLayout(rel) {
+				files[rel] = nil // Load reports it; its content does not matter
+			}
 			return nil
 		}
 		if !d.Type().IsRegular() {

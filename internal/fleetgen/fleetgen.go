@@ -57,6 +57,9 @@ maintenance_windows: {
 		}
 		w.obj(i, "blocks", fmt.Sprintf("block-%03d", i), map[string]any{"owner": fmt.Sprintf("team-%d", i%5), "actions": actions})
 	}
+	// Two reconciliation BRCs may not own one block instance: BRCs of one
+	// block are told apart by a shard label (round i/blocks of BRC i).
+	shards := max(1, (brcs+blocks-1)/blocks)
 	for i := range nodes {
 		ws := i % workspaces
 		labels := map[string]any{
@@ -64,6 +67,7 @@ maintenance_windows: {
 			"tier":   tiers[rng.IntN(len(tiers))],
 			"env":    envs[rng.IntN(len(envs))],
 			"rack":   fmt.Sprintf("r%03d", rng.IntN(500)),
+			"shard":  fmt.Sprintf("s%d", i%shards),
 		}
 		n := map[string]any{
 			"organization": fmt.Sprintf("org-%03d", ws%orgs),
@@ -86,15 +90,17 @@ maintenance_windows: {
 			"max_concurrent_percent": 10 + rng.IntN(40),
 			"block_config_template":  "node: {{ node.id }}\nregion: {{ node.labels.region }}\nversion: {{ brc.target_version }}\n",
 		}
+		shard := fmt.Sprintf("s%d", i/blocks)
 		switch i % 4 {
 		case 0:
-			t["selector"] = map[string]any{"match_labels": map[string]any{"env": "prod"}, "match_expressions": []any{map[string]any{"key": "tier", "operator": "in", "values": []any{"frontend", "edge"}}}}
+			t["selector"] = map[string]any{"match_labels": map[string]any{"env": "prod", "shard": shard}, "match_expressions": []any{map[string]any{"key": "tier", "operator": "in", "values": []any{"frontend", "edge"}}}}
 		case 1:
 			t["target_workspaces"] = []any{fmt.Sprintf("ws-%04d", i%workspaces)}
+			t["selector"] = map[string]any{"match_labels": map[string]any{"shard": shard}}
 			t["maintenance_window"] = "hourly"
 		case 2:
 			t["target_organizations"] = []any{fmt.Sprintf("org-%03d", i%orgs)}
-			t["selector"] = map[string]any{"match_expressions": []any{map[string]any{"key": "rack", "operator": "exists"}}}
+			t["selector"] = map[string]any{"match_labels": map[string]any{"shard": shard}, "match_expressions": []any{map[string]any{"key": "rack", "operator": "exists"}}}
 		case 3:
 			t["trigger_type"] = "schedule"
 			t["action_name"] = "backup"
