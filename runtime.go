@@ -48,7 +48,17 @@ const (
 	RolloutBlocked   RolloutStatus = "blocked"
 	RolloutCompleted RolloutStatus = "completed"
 	RolloutCancelled RolloutStatus = "cancelled"
+	// RolloutSuperseded: a newer generation of the same source object
+	// replaced the rollout; its pending items were skipped, its attempts in
+	// flight finished, and its counters stay as they were.
+	RolloutSuperseded RolloutStatus = "superseded"
 )
+
+// Finished reports whether a rollout in this state changes no more by
+// itself (completed, cancelled, superseded).
+func (s RolloutStatus) Finished() bool {
+	return s == RolloutCompleted || s == RolloutCancelled || s == RolloutSuperseded
+}
 
 func (s RolloutStatus) String() string { return string(s) }
 
@@ -102,6 +112,18 @@ const (
 	ReasonSuperseded        = "superseded"
 	ReasonObserveMode       = "observe_mode"
 	ReasonNoMatchingNodes   = "no_matching_nodes"
+	// ReasonInstanceBusy: an item of a one-shot event (a manual request, a
+	// schedule tick) waits for the item that holds its block instance.
+	ReasonInstanceBusy = "instance_busy"
+	// ReasonReportMismatch: the agent reported success but the instance it
+	// reports does not show the item's generation, version or state.
+	ReasonReportMismatch = "report_mismatch"
+	// ReasonQuiescence: a new generation waits until its BRC saw no newer
+	// commit for quiescence_seconds, so a burst of commits is one event.
+	ReasonQuiescence = "quiescence"
+	// ReasonClaim: a one-shot event's rollout waits until its record is
+	// committed to Git, so that it never runs twice, even after Redis is lost.
+	ReasonClaim = "claim"
 )
 
 // InstanceKey identifies a block instance: one block on one node.
@@ -177,7 +199,10 @@ type RolloutSource struct {
 
 // RolloutSpec asks the engine for a rollout over items.
 type RolloutSpec struct {
-	// BaseID is the wanted id (e.g. "web-upgrade-g3"); the engine makes it unique.
+	// BaseID is the id of the trigger event's rollout (e.g.
+	// "web-upgrade-g3"): a later spec of the same event (same id, source
+	// object, generation and kind) joins that rollout; the engine adds a
+	// suffix only when another event holds the id.
 	BaseID        string        `json:"base_id"`
 	Source        RolloutSource `json:"source"`
 	MaxConcurrent int           `json:"max_concurrent"`
@@ -192,6 +217,25 @@ type RolloutSpec struct {
 	// observations. A counter, not a time: replicas' clocks may differ and a
 	// result stamped before the read may land after it.
 	ObservedVersion int64 `json:"observed_version,omitempty"`
+	// Budget names the concurrency budget the rollout shares (a BRC's
+	// name): BudgetCap bounds the items in flight per lane across every
+	// rollout of the budget (older generations finishing, manual
+	// requests), besides MaxConcurrent for this rollout's waves. Empty =
+	// no shared bound.
+	Budget    string `json:"budget,omitempty"`
+	BudgetCap int    `json:"budget_cap,omitempty"`
+	// Supersede ends the active, paused and blocked rollouts of older
+	// generations of Source.Object as superseded (converging rollouts of a
+	// reconciliation BRC), even when this spec has no item.
+	Supersede bool `json:"supersede,omitempty"`
+	// Once marks a one-shot event (a manual request, a schedule tick, an
+	// approval): each block instance gets at most one item in its rollout,
+	// ever, and an item whose instance is held by another waits behind it
+	// (instance_busy) instead of being dropped.
+	Once bool `json:"once,omitempty"`
+	// Hold creates the rollout held with this reason (e.g. claim): nothing
+	// is dispatched until Release.
+	Hold string `json:"hold,omitempty"`
 }
 
 // Counters are the dashboard counters. Always:
@@ -231,9 +275,12 @@ type Rollout struct {
 	MaxConcurrent           int           `json:"max_concurrent"`
 	FailureThresholdPercent float64       `json:"failure_threshold_percent,omitempty"`
 	Wave                    int           `json:"wave"` // number of the current (last started) wave
-	Counters                Counters      `json:"counters"`
-	CreatedAt               time.Time     `json:"created_at"`
-	UpdatedAt               time.Time     `json:"updated_at"`
+	// Hold, when set, keeps the rollout from dispatching (e.g. claim: until
+	// its record is committed to Git).
+	Hold      string    `json:"hold,omitempty"`
+	Counters  Counters  `json:"counters"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Item is one queue entry (BRI) as the engine reports it.
@@ -354,11 +401,93 @@ type SyncState struct {
 	At      time.Time `json:"at,omitzero" yaml:"at,omitempty"`
 }
 
+// RequestStatus is what became of a manual rollout request
+// (rollouts/<name>): the rollout it created and that rollout's state
+// ("claimed" while its record is not yet in Git), or why it created none
+// (State "refused", with the error code, e.g. no_matching_nodes), or why it
+// waits (State "waiting", e.g. observe_mode). Once a request has a rollout
+// or a refusal it is handled, for good.
+type RequestStatus struct {
+	Rollout string `json:"rollout,omitempty" yaml:"rollout,omitempty"`
+	State   string `json:"state" yaml:"state"`
+	Code    string `json:"code,omitempty" yaml:"code,omitempty"`
+	Message string `json:"message,omitempty" yaml:"message,omitempty"`
+}
+
+// Request states (RequestStatus.State) besides a rollout's status.
+const (
+	RequestClaimed = "claimed"
+	RequestRefused = "refused"
+	RequestWaiting = "waiting"
+)
+
+// Handled reports whether the request was handled: it has a rollout or a
+// refusal.
+func (r RequestStatus) Handled() bool { return r.Rollout != "" || r.State == RequestRefused }
+
 // Summary is the fleet-wide view: the dashboard counters, the last sync and
 // the rollouts.
 type Summary struct {
-	Counters Counters  `json:"counters"`
+	// Counters describe the fleet now (FleetCounters): the latest rollout of
+	// each BRC and the open manual requests.
+	Counters Counters `json:"counters"`
+	// History counts every item ever created, of every rollout.
+	History  Counters  `json:"history"`
 	Sync     SyncState `json:"sync"`
 	Nodes    int       `json:"nodes"`
 	Rollouts []Rollout `json:"rollouts"`
+	// Requests says what became of each manual request, by name.
+	Requests map[string]RequestStatus `json:"requests,omitempty"`
+}
+
+// Plus returns the sum of c and o.
+func (c Counters) Plus(o Counters) Counters {
+	return Counters{Total: c.Total + o.Total, Done: c.Done + o.Done, InProgress: c.InProgress + o.InProgress,
+		Pending: c.Pending + o.Pending, Failed: c.Failed + o.Failed, Skipped: c.Skipped + o.Skipped}
+}
+
+// CurrentRollouts returns the rollouts that describe the fleet now, in the
+// order given: per trigger (a BRC), its latest rollout (highest generation,
+// then the newest) unless superseded; and every rollout of another source
+// (a manual request, an approval) that is not finished. Older generations,
+// earlier schedule ticks and finished requests are history.
+func CurrentRollouts(rs []Rollout) []Rollout {
+	latest := map[ObjectKey]int{} // trigger -> index in rs
+	for i, r := range rs {
+		if r.Source.Object.Kind() != KindTrigger {
+			continue
+		}
+		j, ok := latest[r.Source.Object]
+		if !ok {
+			latest[r.Source.Object] = i
+			continue
+		}
+		o := rs[j]
+		if r.Source.Generation > o.Source.Generation ||
+			(r.Source.Generation == o.Source.Generation && r.CreatedAt.After(o.CreatedAt)) {
+			latest[r.Source.Object] = i
+		}
+	}
+	var out []Rollout
+	for i, r := range rs {
+		if r.Source.Object.Kind() == KindTrigger {
+			if latest[r.Source.Object] == i && r.Status != RolloutSuperseded {
+				out = append(out, r)
+			}
+		} else if !r.Status.Finished() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// FleetCounters sums the counters of the rollouts that describe the fleet
+// now (CurrentRollouts): the dashboard's Total = Done + In Progress +
+// Pending + Failed + Skipped of the fleet as it is, not of its history.
+func FleetCounters(rs []Rollout) Counters {
+	var c Counters
+	for _, r := range CurrentRollouts(rs) {
+		c = c.Plus(r.Counters)
+	}
+	return c
 }

@@ -151,17 +151,18 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	default:
 		return fmt.Errorf("class %q: %w", res.Class, ErrInvalidResult)
 	}
-	inst, instAt, instGen := "", int64(0), int64(-1)
+	inst, instAt, instGen, instVer, instState := "", int64(0), int64(-1), "", ""
 	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
 		b, err := json.Marshal(res.Instance)
 		if err != nil {
 			return fmt.Errorf("encode instance: %w", err)
 		}
 		inst, instAt, instGen = string(b), res.Instance.UpdatedAt.UnixMilli(), res.Instance.Generation
+		instVer, instState = res.Instance.Version, string(res.Instance.State)
 	}
 	c := &completion{
 		args: []any{node, res.AttemptID, fenceArg(res.Fence), string(res.Class), res.ExitCode,
-			e.jitter(), inst, max(instAt, 0), instGen},
+			e.jitter(), inst, max(instAt, 0), instGen, instVer, instState},
 		done: make(chan struct{}, 1),
 	}
 	e.cq.mu.Lock()
@@ -193,7 +194,7 @@ const completeBatch = 256
 
 // completion is one Complete in the group-commit queue.
 type completion struct {
-	args []any // the result's 9 script fields
+	args []any // the result's 11 script fields
 	err  error
 	lead bool          // set before done is signalled: run the queue next
 	done chan struct{} // capacity 1: committed (or failed), or lead
@@ -240,7 +241,7 @@ func (e *Engine) leadCompletions(ctx context.Context, own *completion) {
 // runCompletions commits one group with complete.lua and sets each
 // result's error.
 func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
-	args := make([]any, 0, 6+9*len(batch))
+	args := make([]any, 0, 6+11*len(batch))
 	args = append(args, e.base.Milliseconds(), e.max.Milliseconds(), e.grace.Milliseconds(),
 		DefaultActionTimeout.Milliseconds(), batchLimit, len(batch))
 	for _, c := range batch {
@@ -298,13 +299,24 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 }
 
 // Report stores r as node r.Node's observation and resolves its ambiguous
-// items: when r was sent after the attempt's dispatch and shows the instance
-// at the item's generation (or newer) and config hash (or, for desired state
-// absent, no longer shows it) the item is completed; otherwise it becomes
-// pending again for a new attempt, unless its action is one-shot (then it is
-// blocked with reason "ambiguous_one_shot"). A report sent before the
-// dispatch leaves the item ambiguous. ReceivedAt is set from the clock when
-// zero.
+// items, and its successes whose own result did not show their target
+// (reason report_mismatch). When r was sent after the attempt's dispatch
+// and shows the instance in effect (the health gate: generation at least
+// the item's, its target version, its desired state, its config hash; for
+// desired state absent, no instance) the item is completed. Otherwise an
+// ambiguous item:
+//   - whose agent reported success (its result disagreed) is blocked with
+//     reason report_mismatch: never run again blindly;
+//   - of a one-shot action whose attempt the agent journalled (r.Attempts)
+//     is blocked with reason ambiguous_one_shot;
+//   - of a one-shot action the report does not journal waits for a report
+//     sent after the item became ambiguous (an attempt in transit before
+//     may still reach the agent; one past its deadline is refused); then
+//     it never ran, and becomes pending again;
+//   - otherwise becomes pending again for a new attempt.
+//
+// A report sent before the dispatch leaves the item as it is. ReceivedAt is
+// set from the clock when zero.
 func (e *Engine) Report(ctx context.Context, r fleetwave.Report) error {
 	if r.Node == "" {
 		return fmt.Errorf("report without node")
@@ -325,7 +337,7 @@ func (e *Engine) Report(ctx context.Context, r fleetwave.Report) error {
 		if err != nil {
 			return fmt.Errorf("encode instance %s: %w", in.Block, err)
 		}
-		args = append(args, in.Block, in.Generation, in.ConfigHash, string(in.State), string(ib))
+		args = append(args, in.Block, in.Generation, in.ConfigHash, string(in.State), in.Version, string(ib))
 	}
 	status, rest, err := e.run(ctx, "report", "", now, args...)
 	if err != nil {

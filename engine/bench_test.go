@@ -87,7 +87,7 @@ func transitionRun(tb testing.TB, rdb redis.UniversalClient, prefix string, n, n
 					}
 					for _, a := range as {
 						idle = false
-						if err := e.Complete(ctx, name, fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess}); err != nil {
+						if err := e.Complete(ctx, name, resultOf(a, fleetwave.ResultSuccess)); err != nil {
 							tb.Error(err)
 							return
 						}
@@ -248,7 +248,7 @@ func makespan(t *testing.T, rdb redis.UniversalClient, n, mc int, action time.Du
 					continue
 				}
 				time.Sleep(action)
-				if err := e.Complete(ctx, name, fleetwave.AttemptResult{AttemptID: as[0].ID, Fence: as[0].Fence, Class: fleetwave.ResultSuccess}); err != nil {
+				if err := e.Complete(ctx, name, resultOf(as[0], fleetwave.ResultSuccess)); err != nil {
 					t.Error(err)
 					return
 				}

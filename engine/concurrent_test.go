@@ -73,7 +73,7 @@ func TestConcurrentAgentsOnTwoReplicas(t *testing.T) {
 					if class == "" {
 						continue // the result is lost
 					}
-					res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: class}
+					res := resultOf(a, class)
 					if err := engines[rng.Intn(2)].Complete(ctx, node, res); err != nil && !errorsIs(err, ErrStaleAttempt) {
 						t.Error(err)
 					}

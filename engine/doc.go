@@ -22,6 +22,11 @@
 // wave that a result starts carries the fence of the lease, and only while
 // that lease is valid.
 //
+// A lease owner is a hub id and a random instance per process (NewOwner):
+// an Engine that never held the lease (a new process, even one restarted
+// with the same hub id) always gets a new, higher fence, so a paused older
+// process of the same hub id is fenced out like any other.
+//
 // The fence never goes back, even when Redis restarts without its data
 // (DESIGN §6; a new epoch after any restart): Campaign raises a missing or
 // lower epoch to a floor (the highest of WithFenceFloor's answer, e.g. the
@@ -39,7 +44,7 @@
 // they share one hash tag and every script stays in one Cluster slot:
 //
 //	epoch                  fencing counter (string, never expires)
-//	lease                  hash owner, fence, expires_at, acquired_at
+//	lease                  hash owner (hub id), instance (the process), fence, expires_at, acquired_at
 //	version                change counter, bumped by every state change (level-based status;
 //	                       RolloutSpec.ObservedVersion)
 //	outbox                 stream of the transitions Git status must show, until acknowledged
@@ -47,8 +52,10 @@
 //	lanedepth              hash p:<lane>, f:<lane> -> items in the lanes' pending, in-flight sets
 //	seq                    rollout creation sequence
 //	rollouts, active       zsets of rollout ids by creation sequence
-//	r:<id>                 hash: status, reason, source, limits, wave, c_* counters
+//	r:<id>                 hash: status, reason, source (and src_obj, src_gen, src_kind: the
+//	                       event), limits, budget, budget_cap, once, hold, wave, npos, c_* counters
 //	r:<id>:items           list of item ids in dispatch order
+//	r:<id>:inst            set of "node\nblock" with an item in a one-shot event's rollout
 //	r:<id>:lanes           hash lane (managed_by) -> the lane's current wave
 //	r:<id>:peek            hash lane -> the wave whose next in line Step gave their reasons
 //	r:<id>:p:<lane>        zset of the lane's pending item ids by position
@@ -63,7 +70,14 @@
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
 //	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash,
 //	                       change counter
-//	amb:<node>             set of the node's ambiguous items
+//	amb:<node>             set of the node's ambiguous items (and of its successes awaiting a
+//	                       report that shows their target: report_mismatch)
+//	src:<object>           zset of the object's rollouts by generation
+//	srcgen                 hash object -> highest generation CreateRollout was asked for
+//	bud:<budget>           set of the rollouts sharing a budget (a BRC), while they have work
+//	drain                  set of the draining nodes (SetDrained)
+//	requests               hash request name -> outcome of a request handled without a rollout
+//	sched                  hash schedule trigger -> its last fired tick (unix ms)
 //	obs, obs_nodes         hash node -> last full report (without instances); set of observed nodes
 //	obsi:<node>            hash block -> observed instance (JSON)
 //	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
@@ -84,7 +98,26 @@
 //	(created) skipped                                       (ItemSpec.SkipReason)
 //
 // At most one item per block instance is active (pending, in_progress,
-// retrying, ambiguous); CreateRollout enforces it (see its doc). The counters
+// retrying, ambiguous) and holds the instance; CreateRollout enforces it
+// (see its doc). The one exception is an item of a one-shot event (a
+// manual request, a schedule tick) created while another item held its
+// instance: it is pending with q = 1 and reason instance_busy, holds
+// nothing, and takes the instance when it is dispatched, once the holder
+// ended.
+//
+// # Events and budgets
+//
+// One trigger event, one rollout (CreateRolloutOutcome): the rollout of a
+// BRC generation, a schedule tick or a manual request is created once, and
+// the event's later specs (nodes that reported or became eligible later)
+// join it as new items in later waves; a new generation of the same object
+// supersedes the older ones (status superseded: pending and retrying items
+// skipped, attempts in flight finish). A rollout's Budget (its BRC) bounds
+// the items in flight per lane over every rollout of that budget
+// (budget_cap): a wave starts at most budget_cap minus what the other
+// rollouts of the budget have in flight, so max_concurrent holds for the
+// BRC across its generations, its manual requests and hub replicas (the
+// count and the dispatch are one script). The counters
 // of a rollout and of the fleet are kept by the same script that changes an
 // item's status (the old bucket is decremented, the new one incremented,
 // summed per script and written once before the script reads or returns),
@@ -122,9 +155,13 @@
 // Why a pending item is not dispatched is in Item.Reason, written when Step
 // looks at the item (only when it changed): "wave_gate" (set at creation:
 // waits for a later wave of its lane), "lane_full" (next in line: its
-// lane's current wave holds max_concurrent items), "maintenance_window"
-// with Item.RetryAfter = the next opening (zero when unknown); retrying
-// items carry "backoff" with RetryAfter = the retry time. A halted rollout
+// lane's current wave holds max_concurrent items, or its BRC's budget is
+// full), "maintenance_window" with Item.RetryAfter = the next opening (zero
+// when unknown), "node_draining" (its node drains: SetDrained),
+// "instance_busy" (a one-shot event's item waits for its instance);
+// retrying items carry "backoff" with RetryAfter = the retry time. A
+// rollout created with a Hold (e.g. "claim") dispatches nothing until
+// Release. A halted rollout
 // carries "failure_threshold", a paused one "paused", a cancelled one
 // "cancelled" (SetRolloutState).
 //
@@ -140,6 +177,11 @@
 // order: the rollout completes when nothing is pending or in flight (every
 // item is terminal); otherwise, per lane, the current wave is done when
 // none of the lane's items is in flight (in_progress, retrying, ambiguous).
+// The health gate (complete.lua, report.lua) counts a success done only
+// when the instance its agent reports shows the item in effect: generation
+// at least the item's, its target version, its desired state; otherwise
+// the item stays in progress (report_mismatch) until a full report shows
+// it, or its deadline makes it ambiguous.
 // Only then does the rollout halt (blocked, reason failure_threshold, when
 // failed items since the last resume exceed failure_threshold_percent of
 // the items not finished at that resume) or the lane start its next wave:

@@ -101,14 +101,29 @@ func TestCreateRolloutIdempotency(t *testing.T) {
 				t.Fatalf("counters %+v", c)
 			}
 		})
-		t.Run("a taken base id gets a suffix", func(t *testing.T) {
-			id, _ := h.create(spec("web", 1, "db", 1, 1, 0))
+		t.Run("a later spec of the same event joins its rollout", func(t *testing.T) {
+			id, items := h.create(spec("web", 1, "db", 1, 1, 0)) // trigger/web generation 1 again
+			if id != "web" || len(items) != 1 || items[0] != "web.4" {
+				t.Fatalf("joined %q %v, want web [web.4]", id, items)
+			}
+		})
+		t.Run("another event holding the base id gets a suffix", func(t *testing.T) {
+			other := spec("web", 1, "cache", 1, 1, 0)
+			other.Source.Object = fleetwave.Key(fleetwave.KindTrigger, "other")
+			id, _ := h.create(other)
 			if id != "web-2" {
 				t.Fatalf("id = %q, want web-2", id)
 			}
+			// and the same other event finds web-2 again
+			other.Items = []fleetwave.ItemSpec{itemSpec("n2", "cache", 1)}
+			if id, _ := h.create(other); id != "web-2" {
+				t.Fatalf("the same event again: %q, want web-2", id)
+			}
 		})
-		t.Run("a newer generation supersedes a pending item", func(t *testing.T) {
-			id, items := h.create(spec("web-g2", 3, "web", 2, 1, 0))
+		t.Run("a newer generation supersedes the older rollout and its pending items", func(t *testing.T) {
+			g2 := spec("web-g2", 3, "web", 2, 1, 0)
+			g2.Source.Object, g2.Supersede = fleetwave.Key(fleetwave.KindTrigger, "web"), true
+			id, items := h.create(g2)
 			if id != "web-g2" || len(items) != 3 {
 				t.Fatalf("created %q %v", id, items)
 			}
@@ -118,18 +133,24 @@ func TestCreateRolloutIdempotency(t *testing.T) {
 					t.Fatalf("old item %s: %s %q", it.ID, it.Status, it.Reason)
 				}
 			}
-			if r.Status != fleetwave.RolloutCompleted || r.Counters.Skipped != 3 {
+			if r.Status != fleetwave.RolloutSuperseded || r.Counters.Skipped != 4 {
 				t.Fatalf("old rollout %s %+v", r.Status, r.Counters)
 			}
 			it, ok, err := h.e.ActiveItem(h.ctx, "n1", "web")
 			if err != nil || !ok || it.Generation != 2 || it.ID != "web-g2.1" {
 				t.Fatalf("active item %+v %v %v", it, ok, err)
 			}
+			// a spec of the older generation is stale now
+			_, items, outcome, err := h.e.CreateRolloutOutcome(h.ctx, h.fence, spec("web", 1, "api", 1, 1, 0))
+			if err != nil || len(items) != 0 || outcome != OutcomeStaleGeneration {
+				t.Fatalf("older generation: %v %s %v", items, outcome, err)
+			}
 		})
 		t.Run("an older item in flight is left to finish", func(t *testing.T) {
 			h.step() // dispatches web-g2.1 and web-2.1
 			id, items := h.create(fleetwave.RolloutSpec{BaseID: "web-g3", MaxConcurrent: 1,
-				Items: []fleetwave.ItemSpec{itemSpec("n1", "web", 3)}})
+				Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 3},
+				Items:  []fleetwave.ItemSpec{itemSpec("n1", "web", 3)}})
 			if id != "" || len(items) != 0 {
 				t.Fatalf("created %q %v over an in-flight item", id, items)
 			}
@@ -279,13 +300,16 @@ func TestDeadlines(t *testing.T) {
 			oneShot    bool
 			sentOffset time.Duration // report SentAt relative to the dispatch
 			show       bool          // the report shows the instance at the target
+			journal    bool          // the report journals the attempt
 			want       fleetwave.ItemStatus
 			wantReason string
 		}{
 			{name: "a newer report showing the target completes an ambiguous item", sentOffset: time.Minute, show: true, want: fleetwave.ItemCompleted},
 			{name: "a newer report not showing the target makes it pending again", sentOffset: time.Minute, want: fleetwave.ItemPending},
 			{name: "a report older than the dispatch leaves it ambiguous", sentOffset: -time.Minute, show: true, want: fleetwave.ItemAmbiguous, wantReason: fleetwave.ReasonAwaitingReport},
-			{name: "a one-shot action not shown is blocked, never replayed", oneShot: true, sentOffset: time.Minute, want: fleetwave.ItemBlocked, wantReason: "ambiguous_one_shot"},
+			{name: "a one-shot action not shown that the agent journalled is blocked, never replayed", oneShot: true, journal: true, sentOffset: time.Minute, want: fleetwave.ItemBlocked, wantReason: "ambiguous_one_shot"},
+			{name: "a one-shot action the agent never journalled waits for a report sent after it became ambiguous", oneShot: true, sentOffset: time.Minute, want: fleetwave.ItemAmbiguous, wantReason: fleetwave.ReasonAwaitingReport},
+			{name: "a one-shot action a later report does not journal never ran: pending again", oneShot: true, sentOffset: 2 * time.Minute, want: fleetwave.ItemPending},
 		}
 		for i, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -312,7 +336,11 @@ func TestDeadlines(t *testing.T) {
 				if tt.show {
 					in = fleetwave.InstanceStatus{Block: "web", Version: "v7", ConfigHash: "hash-web-7", Generation: 7}
 				}
-				h.report(fleetwave.Report{Node: "n1", Instances: []fleetwave.InstanceStatus{in}, SentAt: dispatched.Add(tt.sentOffset)})
+				rep := fleetwave.Report{Node: "n1", Instances: []fleetwave.InstanceStatus{in}, SentAt: dispatched.Add(tt.sentOffset)}
+				if tt.journal {
+					rep.Attempts = []string{as[0].ID}
+				}
+				h.report(rep)
 				it = h.item(items[0])
 				if it.Status != tt.want || it.Reason != tt.wantReason {
 					t.Fatalf("after report: %s %q, want %s %q", it.Status, it.Reason, tt.want, tt.wantReason)
@@ -677,7 +705,8 @@ func TestStalePlanIsDropped(t *testing.T) {
 		// by time it finished before the read, in fact after it
 		late := New(rdb, WithPrefix("test"), WithClock(clock.NewFake(h.clk.Now().Add(-time.Minute))))
 		a := h.poll("n1")[0]
-		if err := late.Complete(h.ctx, "n1", fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess}); err != nil {
+		if err := late.Complete(h.ctx, "n1", fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess,
+			Instance: &fleetwave.InstanceStatus{Block: a.Block, Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: a.Generation}}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -706,13 +735,73 @@ func TestHealthGateNeedsTheItemsOwnGeneration(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.check()
-		if it := h.item(ids[0]); it.Status != fleetwave.ItemAmbiguous || it.Reason != "awaiting_report" {
-			t.Fatalf("a success reporting generation 2 for a generation-3 item = %s/%s, want ambiguous/awaiting_report", it.Status, it.Reason)
+		if it := h.item(ids[0]); it.Status != fleetwave.ItemInProgress || it.Reason != fleetwave.ReasonReportMismatch {
+			t.Fatalf("a success reporting generation 2 for a generation-3 item = %s/%s, want in_progress/report_mismatch", it.Status, it.Reason)
 		}
 		h.clk.Advance(time.Second)
 		h.report(fleetwave.Report{Node: "n1", SentAt: h.clk.Now(), Instances: []fleetwave.InstanceStatus{{Block: "web", Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: 3}}})
 		if it := h.item(ids[0]); it.Status != fleetwave.ItemCompleted {
 			t.Fatalf("after a report at generation 3: %s, want completed", it.Status)
+		}
+	})
+}
+
+// TestHealthGateComparesVersionAndState: a success whose reported instance
+// is at the item's generation but not at its target version, or not in
+// its desired state, does not count as done: the item stays in progress
+// until its deadline, then is ambiguous; a report that never shows the
+// target blocks it (report_mismatch), one that does completes it.
+func TestHealthGateComparesVersionAndState(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		tests := []struct {
+			name    string
+			desired fleetwave.DesiredState
+			got     fleetwave.InstanceStatus // what the result reports (block, generation filled in)
+			later   *fleetwave.InstanceStatus
+			want    fleetwave.ItemStatus
+			reason  string
+		}{
+			{name: "another version stays in progress, then a report that never shows it blocks it",
+				got: fleetwave.InstanceStatus{Version: "v0"}, want: fleetwave.ItemBlocked, reason: fleetwave.ReasonReportMismatch},
+			{name: "another version, then a report at the target completes it",
+				got: fleetwave.InstanceStatus{Version: "v0"}, later: &fleetwave.InstanceStatus{Version: "v5"}, want: fleetwave.ItemCompleted},
+			{name: "stopped while running is desired",
+				desired: fleetwave.StateRunning, got: fleetwave.InstanceStatus{Version: "v5", State: fleetwave.StateStopped}, want: fleetwave.ItemBlocked, reason: fleetwave.ReasonReportMismatch},
+			{name: "absent while installed is desired",
+				desired: fleetwave.StateInstalled, got: fleetwave.InstanceStatus{Version: "v5", State: fleetwave.StateAbsent}, want: fleetwave.ItemBlocked, reason: fleetwave.ReasonReportMismatch},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				h := newHarness(t, rdb, WithPrefix(fmt.Sprintf("hg%d", i)), WithDeliveryGrace(time.Second))
+				s := spec("gate", 1, "web", 5, 1, 0)
+				s.Items[0].DesiredState = tt.desired
+				_, ids := h.create(s)
+				h.step()
+				a := h.poll("n1")[0]
+				in := tt.got
+				in.Block, in.Generation, in.ConfigHash = "web", 5, a.ConfigHash
+				if err := h.e.Complete(h.ctx, "n1", fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess, Instance: &in}); err != nil {
+					t.Fatal(err)
+				}
+				h.check()
+				if it := h.item(ids[0]); it.Status != fleetwave.ItemInProgress || it.Reason != fleetwave.ReasonReportMismatch {
+					t.Fatalf("a success reporting %+v = %s/%s, want in_progress/report_mismatch", in, it.Status, it.Reason)
+				}
+				h.clk.Advance(2 * time.Minute) // past the deadline
+				h.step()
+				if it := h.item(ids[0]); it.Status != fleetwave.ItemAmbiguous {
+					t.Fatalf("past the deadline: %s, want ambiguous", it.Status)
+				}
+				rep := in
+				if tt.later != nil {
+					rep.Version = tt.later.Version
+				}
+				h.clk.Advance(time.Second)
+				h.report(fleetwave.Report{Node: "n1", SentAt: h.clk.Now(), Instances: []fleetwave.InstanceStatus{rep}})
+				if it := h.item(ids[0]); it.Status != tt.want || it.Reason != tt.reason {
+					t.Fatalf("after the report: %s/%s, want %s/%s", it.Status, it.Reason, tt.want, tt.reason)
+				}
+			})
 		}
 	})
 }
@@ -878,7 +967,7 @@ func TestABrokenResultFailsAlone(t *testing.T) {
 		}
 		var batch []*completion
 		for _, a := range as {
-			batch = append(batch, &completion{args: []any{a.Node, a.ID, fenceArg(a.Fence), "success", 0, 0.5, "", 0, -1}})
+			batch = append(batch, &completion{args: []any{a.Node, a.ID, fenceArg(a.Fence), "success", 0, 0.5, "", 0, a.Generation, a.TargetVersion, ""}})
 		}
 		h.e.runCompletions(h.ctx, batch) // one group, as concurrent Completes would be
 		fine, broken := batch[0], batch[1]

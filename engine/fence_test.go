@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
@@ -160,4 +161,91 @@ func TestRedisRestartKeepingData(t *testing.T) {
 	// the attempt of the old epoch still completes (agents are checked
 	// against the attempt, not the lease)
 	h.complete(as[0], fleetwave.ResultSuccess)
+}
+
+// TestRestartOfTheSameHubTakesAHigherFence: a hub restarted with a fixed
+// hub id is a new process (NewOwner) and takes a new, strictly higher fence
+// at once, without waiting for its old lease to expire; the earlier process,
+// had it only been paused, is fenced out like any deposed leader and does
+// not get the lease back.
+func TestRestartOfTheSameHubTakesAHigherFence(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		ctx := h.ctx
+		newEngine := func() *Engine {
+			e := New(rdb, WithPrefix("test"), WithClock(h.clk), WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)))
+			if err := e.Load(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		lease := func() map[string]string {
+			m, err := rdb.HGetAll(ctx, "fw{test}:lease").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+
+		t.Run("a new engine under the same owner gets a higher fence", func(t *testing.T) {
+			f, err := newEngine().Campaign(ctx, "hub-a", time.Hour)
+			if err != nil || f <= h.fence {
+				t.Fatalf("campaign by a new engine as hub-a: fence %d (%v), held %d", f, err, h.fence)
+			}
+			_, err = h.e.Step(ctx, h.fence)
+			mustErr(t, err, ErrStaleFence)
+			mustErr(t, h.e.Renew(ctx, "hub-a", h.fence, time.Hour), ErrNotLeader)
+			h.fence = f
+		})
+
+		t.Run("each restart with a new instance raises the fence, the old process is fenced out", func(t *testing.T) {
+			prev, prevOwner, prevFence := (*Engine)(nil), "", h.fence
+			for i := range 5 {
+				e, owner := newEngine(), NewOwner("hub-a")
+				f, err := e.Campaign(ctx, owner, time.Hour) // the old lease has an hour left
+				if err != nil || f <= prevFence {
+					t.Fatalf("restart %d: fence %d (%v), want above %d", i, f, err, prevFence)
+				}
+				l := lease()
+				if _, inst := splitOwner(owner); l["owner"] != "hub-a" || l["instance"] != inst || l["fence"] != fenceArg(f) {
+					t.Fatalf("restart %d: lease %v, want hub-a, instance %s, fence %d", i, l, inst, f)
+				}
+				if prev != nil {
+					_, err := prev.Step(ctx, prevFence)
+					mustErr(t, err, ErrStaleFence)
+					mustErr(t, prev.Renew(ctx, prevOwner, prevFence, time.Hour), ErrNotLeader)
+					// having held a lease, the old process waits like any
+					// other replica: the new one keeps it
+					_, err = prev.Campaign(ctx, prevOwner, time.Hour)
+					mustErr(t, err, ErrNotLeader)
+					if err := e.Renew(ctx, owner, f, time.Hour); err != nil {
+						t.Fatalf("restart %d: renew by the new process: %v", i, err)
+					}
+				}
+				if again, err := e.Campaign(ctx, owner, time.Hour); err != nil || again != f {
+					t.Fatalf("restart %d: campaign by the holder: fence %d (%v), want %d", i, again, err, f)
+				}
+				prev, prevOwner, prevFence = e, owner, f
+			}
+			h.e, h.fence = prev, prevFence
+			if _, err := h.e.Step(ctx, h.fence); err != nil {
+				t.Fatalf("step by the newest process: %v", err)
+			}
+
+			t.Run("a new process of another hub id still waits for the lease", func(t *testing.T) {
+				_, err := newEngine().Campaign(ctx, NewOwner("hub-b"), time.Hour)
+				mustErr(t, err, ErrNotLeader)
+			})
+			t.Run("the hub id alone resigns the lease at its fence", func(t *testing.T) {
+				mustErr(t, h.e.Resign(ctx, "hub-a", h.fence-1), ErrNotLeader)
+				mustErr(t, h.e.Resign(ctx, "hub-b", h.fence), ErrNotLeader)
+				if err := h.e.Resign(ctx, "hub-a", h.fence); err != nil {
+					t.Fatal(err)
+				}
+				if l := lease(); len(l) != 0 {
+					t.Fatalf("lease after resign: %v", l)
+				}
+			})
+		})
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ type harness struct {
 	// seen records every item status check observed, so randomized runs can
 	// assert they reached every state.
 	seen map[fleetwave.ItemStatus]bool
+	// seenReason, seenRollout and outcomes record the item reasons, rollout
+	// states and CreateRollout outcomes observed, for the same purpose.
+	seenReason  map[string]bool
+	seenRollout map[fleetwave.RolloutStatus]bool
+	outcomes    map[CreateOutcome]int
 }
 
 func newHarness(t *testing.T, rdb redis.UniversalClient, opts ...Option) *harness {
@@ -67,7 +73,8 @@ func newHarness(t *testing.T, rdb redis.UniversalClient, opts ...Option) *harnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ctx: ctx, rdb: rdb, clk: clk, e: e, fence: fence, seen: map[fleetwave.ItemStatus]bool{}}
+	return &harness{t: t, ctx: ctx, rdb: rdb, clk: clk, e: e, fence: fence, seen: map[fleetwave.ItemStatus]bool{},
+		seenReason: map[string]bool{}, seenRollout: map[fleetwave.RolloutStatus]bool{}, outcomes: map[CreateOutcome]int{}}
 }
 
 // spec returns a rollout spec over nodes n1..nN for block at generation gen.
@@ -94,10 +101,11 @@ func itemSpec(node, block string, gen int64) fleetwave.ItemSpec {
 
 func (h *harness) create(s fleetwave.RolloutSpec) (string, []string) {
 	h.t.Helper()
-	id, items, err := h.e.CreateRollout(h.ctx, h.fence, s)
+	id, items, outcome, err := h.e.CreateRolloutOutcome(h.ctx, h.fence, s)
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.outcomes[outcome]++
 	h.check()
 	return id, items
 }
@@ -124,10 +132,7 @@ func (h *harness) poll(node string) []fleetwave.Attempt {
 
 func (h *harness) complete(a fleetwave.Attempt, class fleetwave.ResultClass) {
 	h.t.Helper()
-	res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: class}
-	if class == fleetwave.ResultSuccess {
-		res.Instance = &fleetwave.InstanceStatus{Block: a.Block, Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: a.Generation}
-	}
+	res := resultOf(a, class)
 	if err := h.e.Complete(h.ctx, a.Node, res); err != nil {
 		h.t.Fatal(err)
 	}
@@ -194,9 +199,11 @@ func (h *harness) check() {
 	laneCount := map[string]fleetwave.Counters{} // from the items
 	depths := map[string]LaneDepth{}             // from the lanes' sets
 	active := map[fleetwave.InstanceKey]string{}
+	budgets := map[string]*budgetUse{} // budget -> items in flight per lane, over its rollouts
 	deadlines := h.zset("deadlines")
 	retry := h.zset("retry")
 	for _, r := range rollouts {
+		h.seenRollout[r.Status] = true
 		if got := sum(r.Counters); got != r.Counters.Total {
 			h.t.Fatalf("rollout %s counters sum to %d, total %d: %+v", r.ID, got, r.Counters.Total, r.Counters)
 		}
@@ -223,6 +230,7 @@ func (h *harness) check() {
 		for _, it := range items {
 			recount.Add(it.Status, 1)
 			h.seen[it.Status] = true
+			h.seenReason[it.Reason] = true
 			fleet.Add(it.Status, 1)
 			lc := laneCount[it.ManagedBy]
 			lc.Add(it.Status, 1)
@@ -231,7 +239,22 @@ func (h *harness) check() {
 			case fleetwave.ItemInProgress, fleetwave.ItemRetrying, fleetwave.ItemAmbiguous:
 				inFlight[it.ManagedBy]++
 			}
-			if it.Status.Active() {
+			queued := false
+			if it.Status == fleetwave.ItemPending {
+				q, err := h.rdb.HGet(ctx, h.e.key("i", it.ID), "q").Result()
+				if err != nil {
+					h.t.Fatal(err)
+				}
+				queued = q == "1"
+			}
+			if queued {
+				// waits behind the instance's holder (one-shot events):
+				// never the holder itself
+				got, _ := h.rdb.HGet(ctx, h.e.key("inst", it.Node, it.Block), "active").Result()
+				if got == it.ID {
+					h.t.Fatalf("queued item %s holds its instance", it.ID)
+				}
+			} else if it.Status.Active() {
 				k := fleetwave.InstanceKey{Node: it.Node, Block: it.Block}
 				if other, dup := active[k]; dup {
 					h.t.Fatalf("instance %s has two active items: %s and %s", k, other, it.ID)
@@ -265,8 +288,29 @@ func (h *harness) check() {
 				h.t.Fatalf("rollout %s lane %q has %d items in flight, max_concurrent %d", r.ID, lane, n, r.MaxConcurrent)
 			}
 		}
+		if b, err := h.rdb.HMGet(ctx, h.e.key("r", r.ID), "budget", "budget_cap").Result(); err == nil && b[0] != nil && b[0] != "" {
+			bud := budgets[b[0].(string)]
+			if bud == nil {
+				bud = &budgetUse{inFlight: map[string]int{}}
+				budgets[b[0].(string)] = bud
+			}
+			capv, _ := strconv.Atoi(fmt.Sprint(b[1]))
+			for lane, n := range inFlight {
+				bud.inFlight[lane] += n
+				if n > 0 {
+					bud.cap = max(bud.cap, capv) // the caps of the rollouts with work in flight
+				}
+			}
+		}
 		if r.Status == fleetwave.RolloutCompleted && (recount.Pending+recount.InProgress) != 0 {
 			h.t.Fatalf("rollout %s completed with active items: %+v", r.ID, recount)
+		}
+	}
+	for name, b := range budgets {
+		for lane, n := range b.inFlight {
+			if n > max(b.cap, 1) {
+				h.t.Fatalf("budget %s lane %q has %d items in flight over its rollouts, cap %d", name, lane, n, b.cap)
+			}
 		}
 	}
 	got, err := h.e.LaneDepths(ctx)
@@ -307,6 +351,12 @@ func (h *harness) check() {
 	if sum(c) != c.Total {
 		h.t.Fatalf("fleet counters sum to %d, total %d", sum(c), c.Total)
 	}
+}
+
+// budgetUse is what check counts of one budget (a BRC) over its rollouts.
+type budgetUse struct {
+	inFlight map[string]int
+	cap      int
 }
 
 func inFlightStatus(s fleetwave.ItemStatus) bool {
@@ -356,3 +406,19 @@ func mustErr(t *testing.T, err, want error) {
 }
 
 func errorsIs(err, want error) bool { return errors.Is(err, want) }
+
+// resultOf is an agent's result for attempt a: a success reports the
+// instance as the agent leaves it (at the attempt's generation, version,
+// config and desired state), so the health gate counts it done.
+func resultOf(a fleetwave.Attempt, class fleetwave.ResultClass) fleetwave.AttemptResult {
+	res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: class}
+	if class == fleetwave.ResultSuccess {
+		state := a.DesiredState
+		if state == "" {
+			state = fleetwave.StateInstalled
+		}
+		res.Instance = &fleetwave.InstanceStatus{Block: a.Block, Version: a.TargetVersion, ConfigHash: a.ConfigHash,
+			Generation: a.Generation, State: state}
+	}
+	return res
+}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -9,10 +11,45 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Campaign tries to become the leader as owner for ttl. It returns a new,
-// strictly higher fence when the lease was free or expired, the same fence
-// when owner already holds it (the lease is then extended), and ErrNotLeader
-// when another owner holds it. Every state change must pass the fence.
+// NewOwner returns the lease owner of a new process of hub hubID:
+// "<hub id>/<instance>", the instance random. A process campaigns, renews
+// and resigns under one owner for its whole life, so a later process of
+// the same hub id (a restart) is a different owner: it never inherits the
+// earlier one's lease or fence, and the earlier one, if it was only paused,
+// is fenced out like any deposed leader.
+func NewOwner(hubID string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (it panics if the system source does)
+	return hubID + "/" + hex.EncodeToString(b[:])
+}
+
+// splitOwner returns the hub id and the instance of an owner: what follows
+// its last slash is the instance; an owner without a slash is a hub id
+// alone (instance "").
+func splitOwner(owner string) (hub, instance string) {
+	if i := strings.LastIndexByte(owner, '/'); i >= 0 {
+		return owner[:i], owner[i+1:]
+	}
+	return owner, ""
+}
+
+// Campaign tries to become the leader as owner for ttl. owner is
+// "<hub id>/<instance>" (NewOwner: one per process) or a hub id alone; the
+// lease hash keeps the hub id in its owner field, for operators, and the
+// instance in its own field. Campaign returns a new, strictly higher fence
+// when the lease was free or expired, the same fence when owner already
+// holds it (the lease is then extended), and ErrNotLeader when another
+// owner holds it. Every state change must pass the fence.
+//
+// An Engine that never held a lease (a new process) always gets a new
+// fence, even when the lease carries its own name, and takes over at once
+// a live lease of another instance of its hub id: that lease belongs to an
+// earlier process of the same hub, which died (the usual case: a restart
+// does not wait up to one TTL for its own old lease) or is paused, and
+// whose fence is now stale, so it changes nothing and loses at its next
+// Renew. The price: two live processes wrongly given one hub id move the
+// lease once, to the newer one, which then keeps it (the older one, having
+// held a lease, waits like any other replica).
 //
 // A fence never goes back, even when Redis restarted without its data:
 //   - the floor is the highest of WithFenceFloor's answer and the highest
@@ -37,9 +74,11 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 	runID := e.serverRunID(ctx)
 	e.lmu.Lock()
 	restart := e.runID != "" && runID != "" && runID != e.runID
+	fresh := e.maxFence == 0
 	floor = max(floor, e.maxFence)
 	e.lmu.Unlock()
-	status, rest, err := e.run(ctx, "campaign", "", e.nowMS(), owner, ttl.Milliseconds(), floor, flag(restart))
+	hub, instance := splitOwner(owner)
+	status, rest, err := e.run(ctx, "campaign", "", e.nowMS(), hub, instance, ttl.Milliseconds(), floor, flag(restart), flag(fresh))
 	if err != nil {
 		return 0, err
 	}
@@ -60,14 +99,21 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 	}
 	fence := asInt(rest[0])
 	e.held(fence)
+	if len(rest) > 1 {
+		if prev := asString(rest[1]); prev != "" {
+			e.log.Info().Str("owner", owner).Str("previous", prev).Int64("fence", fence).Msg("live lease taken over")
+		}
+	}
 	e.log.Debug().Str("owner", owner).Int64("fence", fence).Msg("lease held")
 	return fence, nil
 }
 
-// Renew extends the lease of owner at fence by ttl. It fails with
-// ErrNotLeader once the lease was lost (taken over or resigned), and when
-// Redis restarted since the last Campaign or Renew (its run_id changed):
-// the lease is then dropped and the next Campaign gets a higher fence.
+// Renew extends the lease of owner (hub id and instance, as given to
+// Campaign) at fence by ttl. It fails with ErrNotLeader once the lease was
+// lost (taken over, by another hub or by a newer process of the same hub
+// id, or resigned), and when Redis restarted since the last Campaign or
+// Renew (its run_id changed): the lease is then dropped and the next
+// Campaign gets a higher fence.
 func (e *Engine) Renew(ctx context.Context, owner string, fence int64, ttl time.Duration) error {
 	runID := e.serverRunID(ctx)
 	e.lmu.Lock()
@@ -76,7 +122,8 @@ func (e *Engine) Renew(ctx context.Context, owner string, fence int64, ttl time.
 		e.runID = runID
 	}
 	e.lmu.Unlock()
-	status, _, err := e.run(ctx, "renew", fenceArg(fence), e.nowMS(), owner, ttl.Milliseconds(), flag(restart))
+	hub, instance := splitOwner(owner)
+	status, _, err := e.run(ctx, "renew", fenceArg(fence), e.nowMS(), hub, instance, ttl.Milliseconds(), flag(restart))
 	if err != nil {
 		return err
 	}
@@ -93,10 +140,13 @@ func (e *Engine) Renew(ctx context.Context, owner string, fence int64, ttl time.
 }
 
 // Resign frees the lease of owner at fence so another replica can take over
-// at once; ErrNotLeader when it was not held. The epoch is kept: the next
-// leader gets a higher fence.
+// at once; ErrNotLeader when it was not held. owner may also be the hub id
+// alone: a fence names one acquisition, so the hub id and the fence are
+// enough to say whose lease it is. The epoch is kept: the next leader gets
+// a higher fence.
 func (e *Engine) Resign(ctx context.Context, owner string, fence int64) error {
-	status, _, err := e.run(ctx, "resign", fenceArg(fence), e.nowMS(), owner)
+	hub, instance := splitOwner(owner)
+	status, _, err := e.run(ctx, "resign", fenceArg(fence), e.nowMS(), hub, instance)
 	if err != nil {
 		return err
 	}

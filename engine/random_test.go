@@ -24,7 +24,7 @@ func TestRandomized(t *testing.T) {
 	for _, seed := range []int64{1, 2} {
 		t.Run(fmt.Sprintf("seed %d keeps every invariant", seed), func(t *testing.T) {
 			backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-				randomRun(t, rdb, seed, 150)
+				randomRun(t, rdb, seed, 200)
 			})
 		})
 	}
@@ -38,22 +38,32 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 	created := map[string]bool{} // item ids
 	var finished []fleetwave.Attempt
 	gen := map[string]int64{"a": 1, "b": 1}
+	capOf := map[string]int{"a": 2, "b": 1}
 
 	for op := 0; op < ops; op++ {
-		switch k := rng.Intn(10); {
-		case k < 2: // create
+		switch k := rng.Intn(12); {
+		case k < 2: // a trigger event: a BRC generation whose nodes arrive over several specs
 			block := blocks[rng.Intn(len(blocks))]
 			if rng.Intn(3) == 0 {
 				gen[block]++
+				capOf[block] = 1 + rng.Intn(3)
+			}
+			g := gen[block]
+			if rng.Intn(3) == 0 && g > 1 {
+				g-- // a lagging replica's plan of the previous generation
 			}
 			s := fleetwave.RolloutSpec{
-				BaseID:        fmt.Sprintf("%s-g%d", block, gen[block]),
-				MaxConcurrent: 1 + rng.Intn(3),
+				BaseID:        fmt.Sprintf("%s-g%d", block, g),
+				Source:        fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, block), Generation: g, Kind: fleetwave.SourceScheduler},
+				MaxConcurrent: capOf[block],
 				MaxRetries:    rng.Intn(3),
+				Budget:        block,
+				BudgetCap:     capOf[block],
+				Supersede:     true,
 			}
 			for _, n := range nodes {
 				if rng.Intn(2) == 0 {
-					it := itemSpec(n, block, gen[block]-int64(rng.Intn(2)))
+					it := itemSpec(n, block, g)
 					it.Payload.OneShot = rng.Intn(4) == 0
 					s.Items = append(s.Items, it)
 				}
@@ -65,6 +75,44 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 				}
 				created[id] = true
 			}
+		case k == 10: // a one-shot manual request in the BRC's budget
+			block := blocks[rng.Intn(len(blocks))]
+			s := fleetwave.RolloutSpec{
+				BaseID:        fmt.Sprintf("manual-req%d", op),
+				Source:        fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindRollout, fmt.Sprintf("req%d", op)), Kind: fleetwave.SourceManual},
+				MaxConcurrent: 1 + rng.Intn(2),
+				Budget:        block,
+				BudgetCap:     capOf[block],
+				Once:          true,
+			}
+			op := rng.Intn(2) == 0
+			for _, n := range nodes {
+				if rng.Intn(2) == 0 {
+					it := itemSpec(n, block, gen[block])
+					it.Payload.Operational = op
+					s.Items = append(s.Items, it)
+				}
+			}
+			for range 2 { // asked twice: the second finds every instance taken
+				_, items := h.create(s)
+				for _, id := range items {
+					if created[id] {
+						t.Fatalf("item id %s handed out twice", id)
+					}
+					created[id] = true
+				}
+			}
+		case k == 11: // nodes drain and come back
+			var drained []string
+			for _, n := range nodes {
+				if rng.Intn(4) == 0 {
+					drained = append(drained, n)
+				}
+			}
+			if _, err := h.e.SetDrained(h.ctx, h.fence, drained); err != nil {
+				t.Fatal(err)
+			}
+			h.check()
 		case k < 4:
 			h.step()
 		case k < 7: // poll a node and answer some attempts
@@ -90,7 +138,7 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 		default: // a replayed result is never applied twice
 			if len(finished) > 0 {
 				a := finished[rng.Intn(len(finished))]
-				err := h.e.Complete(h.ctx, a.Node, fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess})
+				err := h.e.Complete(h.ctx, a.Node, resultOf(a, fleetwave.ResultSuccess))
 				if !errors.Is(err, ErrStaleAttempt) {
 					t.Fatalf("replayed result for %s: %v", a.ID, err)
 				}
@@ -99,7 +147,11 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 		}
 	}
 
-	// Drain: answer everything with success until every rollout is done.
+	// Drain: lift every drain, answer everything with success until every
+	// rollout is done (superseded ones finish what they had in flight).
+	if _, err := h.e.SetDrained(h.ctx, h.fence, nil); err != nil {
+		t.Fatal(err)
+	}
 	for round := 0; ; round++ {
 		rs, err := h.e.Rollouts(h.ctx)
 		if err != nil {
@@ -107,7 +159,7 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 		}
 		open := 0
 		for _, r := range rs {
-			if r.Status != fleetwave.RolloutCompleted {
+			if !r.Status.Finished() || r.Counters.Pending+r.Counters.InProgress > 0 {
 				open++
 			}
 		}
@@ -153,6 +205,19 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 	}
 	if seen != len(created) {
 		t.Fatalf("rollouts hold %d items, %d were created", seen, len(created))
+	}
+	for _, r := range []string{fleetwave.ReasonInstanceBusy, fleetwave.ReasonNodeDraining, fleetwave.ReasonSuperseded} {
+		if !h.seenReason[r] {
+			t.Errorf("no item ever waited or ended with reason %s: widen the run", r)
+		}
+	}
+	if !h.seenRollout[fleetwave.RolloutSuperseded] {
+		t.Error("no rollout was ever superseded: widen the run")
+	}
+	for _, o := range []CreateOutcome{OutcomeCreated, OutcomeJoined, OutcomeStaleGeneration} {
+		if h.outcomes[o] == 0 {
+			t.Errorf("no spec ever had outcome %s: widen the run (outcomes %v)", o, h.outcomes)
+		}
 	}
 }
 
@@ -365,7 +430,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 				if class == "" {
 					continue // result lost
 				}
-				res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: class}
+				res := resultOf(a, class)
 				if err := c.e.Complete(h.ctx, n, res); err != nil && !errors.Is(err, ErrStaleAttempt) {
 					t.Fatal(err)
 				}
@@ -465,7 +530,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 				t.Fatal(err)
 			}
 			for _, a := range as {
-				if err := lead.e.Complete(h.ctx, n, fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess}); err != nil {
+				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil {
 					t.Fatal(err)
 				}
 			}

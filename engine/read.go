@@ -120,6 +120,19 @@ func (e *Engine) Rollouts(ctx context.Context) ([]fleetwave.Rollout, error) {
 	return out, nil
 }
 
+// RolloutRecord returns one rollout without its items; ErrNotFound when
+// there is no such rollout.
+func (e *Engine) RolloutRecord(ctx context.Context, id string) (fleetwave.Rollout, error) {
+	m, err := e.rdb.HGetAll(ctx, e.key("r", id)).Result()
+	if err != nil {
+		return fleetwave.Rollout{}, fmt.Errorf("read rollout %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return fleetwave.Rollout{}, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
+	}
+	return decodeRollout(m), nil
+}
+
 // Rollout returns one rollout and its items in dispatch order; ErrNotFound
 // when there is no such rollout.
 func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
@@ -168,6 +181,39 @@ func (e *Engine) ActiveItem(ctx context.Context, node, block string) (fleetwave.
 	return it, true, nil
 }
 
+// ActiveInstances returns which of keys have an active item (pending, in
+// progress, retrying, ambiguous), in two pipelined round trips.
+func (e *Engine) ActiveInstances(ctx context.Context, keys []fleetwave.InstanceKey) (map[fleetwave.InstanceKey]bool, error) {
+	out := map[fleetwave.InstanceKey]bool{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	pipe := e.rdb.Pipeline()
+	ptrs := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		ptrs[i] = pipe.HGet(ctx, e.key("inst", k.Node, k.Block), "active")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read instances: %w", err)
+	}
+	pipe = e.rdb.Pipeline()
+	st := make([]*redis.StringCmd, len(keys))
+	for i, c := range ptrs {
+		if id, err := c.Result(); err == nil && id != "" {
+			st[i] = pipe.HGet(ctx, e.key("i", id), "status")
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read active items: %w", err)
+	}
+	for i, c := range st {
+		if c != nil && fleetwave.ItemStatus(c.Val()).Active() {
+			out[keys[i]] = true
+		}
+	}
+	return out, nil
+}
+
 // hashes reads the hashes kind:id of ids in one pipeline.
 func (e *Engine) hashes(ctx context.Context, kind string, ids []string) ([]map[string]string, error) {
 	if len(ids) == 0 {
@@ -211,6 +257,7 @@ func decodeRollout(m map[string]string) fleetwave.Rollout {
 		Reason:        m["reason"],
 		MaxConcurrent: int(atoi(m["max_concurrent"])),
 		Wave:          int(atoi(m["wave"])),
+		Hold:          m["hold"],
 		Counters:      counters(m, "c_"),
 		CreatedAt:     msTime(atoi(m["created_at"])),
 		UpdatedAt:     msTime(atoi(m["updated_at"])),

@@ -13,9 +13,70 @@ import (
 // itemFields is the number of script arguments per item of CreateRollout.
 const itemFields = 18
 
-// CreateRollout records a rollout and its items in one atomic script, under
-// fence. Items are dispatched in the order given (the caller sorts them by
-// priority). Per block instance (node+block):
+// rolloutHeader is the part of a RolloutSpec create_rollout.lua reads as
+// one JSON document (cjson): named fields, not positions.
+type rolloutHeader struct {
+	Base          string `json:"base"`
+	Source        string `json:"source"` // the RolloutSource, JSON
+	Object        string `json:"object"`
+	Generation    int64  `json:"generation"`
+	Kind          string `json:"kind"`
+	Actor         string `json:"actor"`
+	MaxConcurrent int    `json:"max_concurrent"`
+	FTP           string `json:"ftp"` // failure_threshold_percent
+	MaxRetries    int    `json:"max_retries"`
+	Observed      int64  `json:"observed"`
+	Budget        string `json:"budget"`
+	BudgetCap     int    `json:"budget_cap"`
+	Supersede     bool   `json:"supersede"`
+	Once          bool   `json:"once"`
+	Hold          string `json:"hold"`
+	Items         int    `json:"items"`
+}
+
+// CreateOutcome says what CreateRollout did with a spec's event.
+type CreateOutcome string
+
+// Outcomes of CreateRollout.
+const (
+	// OutcomeCreated: the event's rollout was created.
+	OutcomeCreated CreateOutcome = "created"
+	// OutcomeJoined: new items joined the event's existing rollout.
+	OutcomeJoined CreateOutcome = "joined"
+	// OutcomeNone: no item to create (none needed, or all covered).
+	OutcomeNone CreateOutcome = "none"
+	// OutcomeStaleGeneration: a newer generation of the source object was
+	// already seen; the spec changed nothing.
+	OutcomeStaleGeneration CreateOutcome = "stale_generation"
+	// OutcomeCancelled, OutcomeSuperseded: the event's rollout ended that
+	// way and takes no more items.
+	OutcomeCancelled  CreateOutcome = "cancelled"
+	OutcomeSuperseded CreateOutcome = "superseded"
+)
+
+// CreateRollout records the items of one trigger event in one atomic
+// script, under fence, and returns the rollout id and the new item ids
+// ("" and none when no item was created). CreateRolloutOutcome also says
+// why.
+func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, []string, error) {
+	id, items, _, err := e.CreateRolloutOutcome(ctx, fence, spec)
+	return id, items, err
+}
+
+// CreateRolloutOutcome records the items of one trigger event in one
+// atomic script, under fence. One event, one rollout: the first spec of an
+// event creates its rollout (id spec.BaseID, or BaseID-2, -3, ... when
+// another event holds it); later specs of the same event (same BaseID,
+// source object, generation and kind: nodes that reported later or became
+// eligible later) join it as new items, dispatched in later waves, and
+// reopen it when it had completed; a cancelled or superseded rollout takes
+// no more items. A spec of an older generation than one already seen for
+// its source object creates nothing (OutcomeStaleGeneration). With
+// spec.Supersede, rollouts of older generations of the same object that
+// are active, paused or blocked end as superseded first. Items are
+// dispatched in the order given (the caller sorts them by priority).
+//
+// Per block instance (node+block):
 //   - a spec is skipped when the instance already has an active item
 //     (pending, in_progress, retrying, ambiguous) of a generation >= its own;
 //   - a pending item of a lower generation is superseded (skipped, reason
@@ -25,7 +86,7 @@ const itemFields = 18
 //     or failed at the same generation and config hash (it needs a newer
 //     generation);
 //   - a spec is skipped when an item of the instance at the spec's
-//     generation or newer finished at or after spec.ObservedAt: the
+//     generation or newer finished after spec.ObservedVersion: the
 //     observations behind the plan predate that result;
 //   - a spec with a BlockReason is created as blocked (never dispatched)
 //     unless the instance's last item was already blocked at the same
@@ -40,16 +101,20 @@ const itemFields = 18
 //     all are (a spec with a SkipReason is recorded but takes no part in
 //     its group's dispatch).
 //
-// Items with a Group or Requires are placed by Step (see placement_rejected
-// in the package doc).
+// A one-shot event (spec.Once: a manual request, a schedule tick) differs:
+// each instance gets at most one item in the event's rollout, ever; an
+// item whose instance is held by another active item is created all the
+// same and waits behind it (reason instance_busy), taking the instance
+// when it is dispatched; and the "needs a newer generation" and stale-plan
+// rules do not apply (the request is explicit).
 //
-// The id is spec.BaseID, or BaseID-2, -3, ... when taken. When no item
-// remains nothing is created and id is "". ErrStaleFence when fence is not
-// the current leader's.
-func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, []string, error) {
+// Items with a Group or Requires are placed by Step (see placement_rejected
+// in the package doc). ErrStaleFence when fence is not the current
+// leader's.
+func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, []string, CreateOutcome, error) {
 	src, err := json.Marshal(spec.Source)
 	if err != nil {
-		return "", nil, fmt.Errorf("encode rollout source: %w", err)
+		return "", nil, "", fmt.Errorf("encode rollout source: %w", err)
 	}
 	type wset struct{ id, def string }
 	var sets []wset
@@ -62,7 +127,7 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 			Generation: it.Generation, TargetVersion: it.TargetVersion, ConfigHash: it.ConfigHash,
 			DesiredState: it.DesiredState, ManagedBy: it.ManagedBy, Payload: it.Payload})
 		if err != nil {
-			return "", nil, fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
+			return "", nil, "", fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
 		}
 		oneShot := "0"
 		if it.Payload.OneShot {
@@ -79,7 +144,7 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 		if reason == "" {
 			id, def, err := windowSetOf(it)
 			if err != nil {
-				return "", nil, fmt.Errorf("item %s: %w", it.Instance(), err)
+				return "", nil, "", fmt.Errorf("item %s: %w", it.Instance(), err)
 			}
 			if id != "" && !seen[id] {
 				seen[id] = true
@@ -92,34 +157,48 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, reason,
 			it.Group, strings.Join(it.Requires, "\n"), blocked, flag(it.Payload.Operational))
 	}
-	args := make([]any, 0, 10+2*len(sets)+len(itemArgs))
-	args = append(args, spec.BaseID, string(src), spec.MaxConcurrent,
-		strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64), spec.MaxRetries,
-		string(spec.Source.Kind), spec.Source.Actor, len(spec.Items), max(spec.ObservedVersion, 0),
-		len(sets))
+	head, err := json.Marshal(rolloutHeader{
+		Base: spec.BaseID, Source: string(src), Object: string(spec.Source.Object),
+		Generation: spec.Source.Generation, Kind: string(spec.Source.Kind), Actor: spec.Source.Actor,
+		MaxConcurrent: spec.MaxConcurrent, FTP: strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64),
+		MaxRetries: spec.MaxRetries, Observed: max(spec.ObservedVersion, 0),
+		Budget: spec.Budget, BudgetCap: spec.BudgetCap, Supersede: spec.Supersede, Once: spec.Once,
+		Hold: spec.Hold, Items: len(spec.Items),
+	})
+	if err != nil {
+		return "", nil, "", fmt.Errorf("encode rollout header: %w", err)
+	}
+	args := make([]any, 0, 2+2*len(sets)+len(itemArgs))
+	args = append(args, string(head), len(sets))
 	for _, ws := range sets {
 		args = append(args, ws.id, ws.def)
 	}
 	args = append(args, itemArgs...)
 	status, rest, err := e.run(ctx, "create_rollout", fenceArg(fence), e.nowMS(), args...)
 	if err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
-	if status != "ok" {
-		return "", nil, ErrStaleFence
+	if status != "ok" || len(rest) < 2 {
+		return "", nil, "", ErrStaleFence
 	}
-	id := asString(rest[0])
-	items := make([]string, 0, len(rest)-1)
-	for _, v := range rest[1:] {
+	id, outcome := asString(rest[0]), CreateOutcome(asString(rest[1]))
+	items := make([]string, 0, len(rest)-2)
+	for _, v := range rest[2:] {
 		items = append(items, asString(v))
 	}
-	if id != "" {
-		e.log.Info().Str("rollout", id).Int("items", len(items)).Int64("fence", fence).
-			Int64("generation", spec.Source.Generation).Msg("rollout created")
-	} else {
-		e.log.Debug().Str("rollout", spec.BaseID).Msg("rollout has no new item")
+	log := e.log.With().Str("rollout", id).Int("items", len(items)).Int64("fence", fence).
+		Str("object", string(spec.Source.Object)).Int64("generation", spec.Source.Generation).Logger()
+	switch outcome {
+	case OutcomeCreated:
+		log.Info().Msg("rollout created")
+	case OutcomeJoined:
+		log.Info().Msg("items joined their rollout")
+	case OutcomeStaleGeneration, OutcomeCancelled, OutcomeSuperseded:
+		log.Debug().Str("rollout", spec.BaseID).Str("outcome", string(outcome)).Msg("spec takes no effect")
+	default:
+		log.Debug().Str("rollout", spec.BaseID).Msg("rollout has no new item")
 	}
-	return id, items, nil
+	return id, items, outcome, nil
 }
 
 // StepResult counts what one Step did, for logging and metrics.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
@@ -95,6 +96,147 @@ func (e *Engine) RolloutHistory(ctx context.Context, id string) ([]StateChange, 
 		}
 		out = append(out, StateChange{Action: h.Action, Actor: h.Actor, At: msTime(atoi(h.At)),
 			From: fleetwave.RolloutStatus(h.From), To: fleetwave.RolloutStatus(h.To)})
+	}
+	return out, nil
+}
+
+// SetDrained replaces the set of draining nodes, under fence. Drain changes
+// availability, not intent: nothing new is dispatched to a draining node
+// (its items, pending or retrying, wait with reason node_draining, and
+// attempts already running finish), and its items go on once it is no
+// longer draining. Returns whether the set changed; ErrStaleFence when
+// fence is not the current leader's.
+func (e *Engine) SetDrained(ctx context.Context, fence int64, nodes []string) (bool, error) {
+	args := make([]any, 0, len(nodes))
+	for _, n := range nodes {
+		args = append(args, n)
+	}
+	status, rest, err := e.run(ctx, "set_drain", fenceArg(fence), e.nowMS(), args...)
+	if err != nil {
+		return false, err
+	}
+	if status != "ok" {
+		return false, ErrStaleFence
+	}
+	changed := asInt(rest[0]) == 1
+	if changed {
+		e.log.Info().Int("nodes", len(nodes)).Msg("draining nodes changed")
+	}
+	return changed, nil
+}
+
+// Release lifts hold (e.g. fleetwave.ReasonClaim) from rollout id, under
+// fence: a rollout created with RolloutSpec.Hold dispatches nothing until
+// then. A rollout not held for that reason is left alone (false).
+// ErrNotFound, ErrStaleFence.
+func (e *Engine) Release(ctx context.Context, fence int64, id, hold string) (bool, error) {
+	status, rest, err := e.run(ctx, "release", fenceArg(fence), e.nowMS(), id, hold)
+	if err != nil {
+		return false, err
+	}
+	switch status {
+	case "ok":
+	case "not_found":
+		return false, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
+	default:
+		return false, ErrStaleFence
+	}
+	released := asInt(rest[0]) == 1
+	if released {
+		e.log.Info().Str("rollout", id).Str("hold", hold).Msg("rollout released")
+	}
+	return released, nil
+}
+
+// RequestOutcome is what became of a one-shot request (a manual
+// rollouts/<name> request) that created no rollout: its error code and
+// message (e.g. no_matching_nodes).
+type RequestOutcome struct {
+	Code    string    `json:"code"`
+	Message string    `json:"message,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// RecordRequest records, under fence, that request name was handled
+// without a rollout; the first record stays (a request is handled once).
+// Returns whether this call recorded it. ErrStaleFence.
+func (e *Engine) RecordRequest(ctx context.Context, fence int64, name string, o RequestOutcome) (bool, error) {
+	if o.At.IsZero() {
+		o.At = e.clock.Now().UTC()
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return false, fmt.Errorf("encode request outcome: %w", err)
+	}
+	return e.record(ctx, fence, "requests", name, string(b), "nx")
+}
+
+// record writes field of the hub's record table under fence (record.lua).
+func (e *Engine) record(ctx context.Context, fence int64, table, field, value, mode string) (bool, error) {
+	status, rest, err := e.run(ctx, "record", fenceArg(fence), e.nowMS(), table, field, value, mode)
+	if err != nil {
+		return false, err
+	}
+	switch status {
+	case "ok":
+		return asInt(rest[0]) == 1, nil
+	case "stale_fence":
+		return false, ErrStaleFence
+	}
+	return false, fmt.Errorf("record %s: unexpected status %q", table, status)
+}
+
+// RecordScheduleFire records, under fence, the last tick schedule trigger
+// fired for (so a tick fires once, and one missed while no hub led fires
+// once). ErrStaleFence.
+func (e *Engine) RecordScheduleFire(ctx context.Context, fence int64, trigger string, tick time.Time) error {
+	_, err := e.record(ctx, fence, "sched", trigger, strconv.FormatInt(tick.UnixMilli(), 10), "set")
+	return err
+}
+
+// ScheduleFires returns the last recorded tick of each schedule trigger.
+func (e *Engine) ScheduleFires(ctx context.Context) (map[string]time.Time, error) {
+	m, err := e.rdb.HGetAll(ctx, e.key("sched")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read schedule fires: %w", err)
+	}
+	out := make(map[string]time.Time, len(m))
+	for name, v := range m {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out[name] = time.UnixMilli(ms).UTC()
+		}
+	}
+	return out, nil
+}
+
+// RequestOutcomes returns the recorded outcomes of requests handled without
+// a rollout, by name.
+func (e *Engine) RequestOutcomes(ctx context.Context) (map[string]RequestOutcome, error) {
+	m, err := e.rdb.HGetAll(ctx, e.key("requests")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read request outcomes: %w", err)
+	}
+	out := make(map[string]RequestOutcome, len(m))
+	for name, v := range m {
+		var o RequestOutcome
+		if err := json.Unmarshal([]byte(v), &o); err != nil {
+			return nil, fmt.Errorf("decode outcome of request %s: %w", name, err)
+		}
+		out[name] = o
+	}
+	return out, nil
+}
+
+// SourceGenerations returns, per source object, the highest generation a
+// CreateRollout was asked for: an event the engine already knows.
+func (e *Engine) SourceGenerations(ctx context.Context) (map[fleetwave.ObjectKey]int64, error) {
+	m, err := e.rdb.HGetAll(ctx, e.key("srcgen")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read source generations: %w", err)
+	}
+	out := make(map[fleetwave.ObjectKey]int64, len(m))
+	for k, v := range m {
+		out[fleetwave.ObjectKey(k)] = atoi(v)
 	}
 	return out, nil
 }

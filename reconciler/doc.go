@@ -9,7 +9,8 @@
 // For every reconciliation trigger (kind:trigger BRC) the scope is the set of
 // nodes that pass every filter the trigger sets (target_organizations,
 // target_workspaces, selector, nodes); no filter means every node. Draining
-// nodes are left out (drain changes availability, not intent). For each node
+// nodes stay in (drain changes availability, not intent: the engine keeps
+// their items waiting with reason node_draining). For each node
 // in scope the block_config_template is rendered in a sandbox (see Render)
 // and hashed; the action follows from the difference with the observed
 // instance:
@@ -24,9 +25,13 @@
 // Items are ordered by the configured criticality order (high, medium, low by
 // default; a node inherits criticality from its workspace, then its
 // organization, default medium), then by node id: one total order, so the
-// result never depends on input order. Each trigger with work yields one
-// RolloutSpec; the engine drops items whose instance already has an active
-// item (idempotency), so planning twice is harmless.
+// result never depends on input order. Each reconciliation trigger yields
+// one RolloutSpec per generation, the same event each time it is planned
+// (id RolloutID): nodes that reported or became eligible later join that
+// rollout; the engine drops items whose instance already has an active
+// item (idempotency), so planning twice is harmless. The spec's Budget is
+// the trigger, so max_concurrent bounds its items in flight across all of
+// its rollouts, and Supersede ends the rollouts of its older generations.
 //
 // Beyond reconciliation triggers (PlanWith):
 //
@@ -38,8 +43,9 @@
 //   - ownership: an observed CLI-managed instance gets a takeover item when
 //     the trigger has auto_takeover and the block a takeover action, else an
 //     item skipped with cli_managed (the engine records the conflict).
-//   - drain and staged enablement (kind:config enablement) hold instances
-//     instead of planning them; they are listed in Plan.Holds.
+//   - staged enablement (kind:config enablement) and, with
+//     Options.RequireReport, a node without a report hold instances instead
+//     of planning them; they are listed in Plan.Holds.
 //   - Schedules/PlanSchedule: cron ticks of schedule triggers; missed ticks
 //     fire once. PlanManual: rollouts/<name> requests with targets resolved
 //     once. Drift: what observe mode reports.

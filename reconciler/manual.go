@@ -82,6 +82,9 @@ func ResolveTargets(snap *fleetwave.Snapshot, req *fleetwave.RolloutRequest) ([]
 	return out, nil
 }
 
+// ManualRolloutID is the id of the rollout of manual request name.
+func ManualRolloutID(name string) string { return "manual-" + name }
+
 // PlanManual plans a manual rollout request (rollouts/<name>): the action
 // (req.ActionName, else the trigger's action_name, else upgrade) at the
 // version (req.TargetVersion, else the trigger's) on every resolved target,
@@ -91,7 +94,8 @@ func ResolveTargets(snap *fleetwave.Snapshot, req *fleetwave.RolloutRequest) ([]
 //
 // Targets are pinned by the caller: the hub creates the rollout once per
 // request name, so nodes labelled later are never added. A draining target
-// keeps its place as an item skipped with node_draining (nothing new is
+// keeps its place as an item that waits (the engine holds it with reason
+// node_draining until the drain is lifted: nothing new is
 // dispatched to it); a CLI-managed instance is skipped with cli_managed.
 // Any error is a *RequestError and nothing is planned (no partial rollout).
 func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleetwave.RolloutRequest, opts Options) (fleetwave.RolloutSpec, error) {
@@ -127,15 +131,20 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 	}
 	operational := !converging(t, action)
 	rkey := fleetwave.Key(fleetwave.KindRollout, req.Name)
+	brcCap := maxConcurrent(snap, t, len(Scope(snap, t)))
 	spec := fleetwave.RolloutSpec{
-		BaseID:                  "manual-" + req.Name,
+		BaseID:                  ManualRolloutID(req.Name),
 		Source:                  fleetwave.RolloutSource{Object: rkey, Generation: snap.Generation(rkey), Commit: snap.Commit, Kind: fleetwave.SourceManual},
 		MaxConcurrent:           req.BatchSize,
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
+		// the request is the BRC's work too: its cap holds across both
+		Budget:    t.Name,
+		BudgetCap: brcCap,
+		Once:      true,
 	}
 	if spec.MaxConcurrent <= 0 {
-		spec.MaxConcurrent = maxConcurrent(snap, t, len(targets))
+		spec.MaxConcurrent = brcCap
 	}
 	// Items carry the trigger's generation: the instance converges to the
 	// trigger's desired generation, as with a git-triggered rollout.
@@ -164,13 +173,16 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 			leaveInstance(&item)
 		}
 		item.Payload.Operational = operational
+		ik := fleetwave.InstanceKey{Node: id, Block: t.BlockName}
+		busy := opts.ActiveInstance != nil && opts.ActiveInstance(ik)
 		switch {
-		case operational && observed == nil:
+		case operational && observed == nil && !busy && obs[id] != nil:
+			// the node reported and has no such instance, and nothing is
+			// about to install it (a node that never reported is tried:
+			// the request pinned it)
 			item.SkipReason, item.Payload = ReasonNotInstalled, fleetwave.AttemptPayload{}
 		case invalid != "":
 			item.BlockReason, item.BlockMessage, item.Payload = ReasonInvalidConfig, invalid, fleetwave.AttemptPayload{}
-		case n.Drain:
-			item.SkipReason, item.Payload = fleetwave.ReasonNodeDraining, fleetwave.AttemptPayload{}
 		case observed != nil && observed.ManagedBy == fleetwave.ManagedByCLI && action != fleetwave.ActionTakeover:
 			item.SkipReason, item.Payload = fleetwave.ReasonCLIManaged, fleetwave.AttemptPayload{}
 		}

@@ -37,6 +37,17 @@ type Plan struct {
 	Holds []Problem
 }
 
+// WithItems returns the rollouts that have items.
+func (p Plan) WithItems() []fleetwave.RolloutSpec {
+	var out []fleetwave.RolloutSpec
+	for _, r := range p.Rollouts {
+		if len(r.Items) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Items returns the number of items over all rollouts.
 func (p Plan) Items() int {
 	n := 0
@@ -72,9 +83,9 @@ func PlanWith(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Tim
 		spec, problems, holds := planTrigger(snap, obs, t, r, opts)
 		plan.Problems = append(plan.Problems, problems...)
 		plan.Holds = append(plan.Holds, holds...)
-		if len(spec.Items) > 0 {
-			plan.Rollouts = append(plan.Rollouts, spec)
-		}
+		// a spec without items still supersedes the trigger's older
+		// generations (Supersede)
+		plan.Rollouts = append(plan.Rollouts, spec)
 	}
 	return plan
 }
@@ -88,35 +99,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// Scope returns the ids of the nodes a trigger addresses, sorted, draining
-// nodes included.
-func Scope(snap *fleetwave.Snapshot, t *fleetwave.Trigger) []string {
-	var explicit map[string]bool
-	if len(t.Nodes) > 0 {
-		explicit = make(map[string]bool, len(t.Nodes))
-		for _, id := range t.Nodes {
-			explicit[id] = true
-		}
-	}
-	var out []string
-	for _, id := range snap.SortedNodeIDs() {
-		n := snap.Nodes[id]
-		if explicit != nil && !explicit[id] {
-			continue
-		}
-		if len(t.TargetOrganizations) > 0 && !slices.Contains(t.TargetOrganizations, organizationOf(snap, n)) {
-			continue
-		}
-		if len(t.TargetWorkspaces) > 0 && !slices.Contains(t.TargetWorkspaces, n.Workspace) {
-			continue
-		}
-		if !t.Selector.Empty() && !t.Selector.Matches(n.Labels) {
-			continue
-		}
-		out = append(out, id)
-	}
-	return out
+// RolloutID is the id of the rollout of a trigger's generation: one trigger
+// event, one rollout.
+func RolloutID(trigger string, generation int64) string {
+	return trigger + "-g" + strconv.FormatInt(generation, 10)
 }
+
+// Scope returns the ids of the nodes a trigger addresses, sorted, draining
+// nodes included (fleetwave.Snapshot.Scope: schema checks ownership with the
+// same rule).
+func Scope(snap *fleetwave.Snapshot, t *fleetwave.Trigger) []string { return snap.Scope(t) }
 
 func organizationOf(snap *fleetwave.Snapshot, n *fleetwave.Node) string {
 	if n.Organization != "" {
@@ -195,14 +187,18 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 	gen := snap.Generation(key)
 	block := snap.Blocks[t.BlockName]
 	scope := Scope(snap, t)
+	mc := maxConcurrent(snap, t, len(scope))
 	spec := fleetwave.RolloutSpec{
-		BaseID: t.Name + "-g" + strconv.FormatInt(gen, 10),
+		BaseID: RolloutID(t.Name, gen),
 		Source: fleetwave.RolloutSource{
 			Object: key, Generation: gen, Commit: snap.Commit, Kind: fleetwave.SourceScheduler,
 		},
-		MaxConcurrent:           maxConcurrent(snap, t, len(scope)),
+		MaxConcurrent:           mc,
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
+		Budget:                  t.Name,
+		BudgetCap:               mc,
+		Supersede:               true,
 	}
 	if block == nil { // schema validation prevents this; stay safe
 		return spec, []Problem{{Trigger: t.Name, Block: t.BlockName, Reason: "unknown_block", Message: "block " + t.BlockName + " is not defined"}}, nil
@@ -213,6 +209,11 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 	for _, id := range scope {
 		n := snap.Nodes[id]
 		ik := fleetwave.InstanceKey{Node: id, Block: t.BlockName}
+		if opts.RequireReport && obs[id] == nil {
+			holds = append(holds, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: fleetwave.ReasonAwaitingReport,
+				Message: "no report from this node's agent yet", Key: ik})
+			continue
+		}
 		observed := observedInstance(obs, ik)
 		var rendered, hash, invalid string
 		if desired != fleetwave.StateAbsent {
@@ -250,10 +251,6 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		}
 		hold := func(reason, msg string) {
 			holds = append(holds, Problem{Trigger: t.Name, Node: id, Block: t.BlockName, Reason: reason, Message: msg, Key: ik})
-		}
-		if n.Drain {
-			hold(fleetwave.ReasonNodeDraining, action+" waits until the node is undrained")
-			continue
 		}
 		if reason := holdReason(snap.Config.Enablement, n, action); reason != "" {
 			hold(reason, action+" is not enabled for this node")

@@ -101,8 +101,39 @@ func TestPlanConvergedFleetPlansNothing(t *testing.T) {
 	for _, it := range PlanSnapshot(snap, nil, now).Rollouts[0].Items {
 		obs[it.Node] = &fleetwave.Report{Node: it.Node, Instances: []fleetwave.InstanceStatus{{Block: it.Block, Version: it.TargetVersion, ConfigHash: it.ConfigHash}}}
 	}
-	if plan := PlanSnapshot(snap, obs, now); len(plan.Rollouts) != 0 {
-		t.Fatalf("converged fleet planned %v", nodesOf(plan.Rollouts[0]))
+	plan := PlanSnapshot(snap, obs, now)
+	if got := plan.WithItems(); len(got) != 0 {
+		t.Fatalf("converged fleet planned %v", nodesOf(got[0]))
+	}
+	// the trigger's spec is still there, empty: it supersedes older
+	// generations of the trigger
+	if len(plan.Rollouts) != 1 || !plan.Rollouts[0].Supersede || plan.Rollouts[0].Budget != "op" {
+		t.Fatalf("the converged trigger's spec is %+v", plan.Rollouts)
+	}
+}
+
+func TestPlanRequireReportHoldsSilentNodes(t *testing.T) {
+	snap := testSnapshot()
+	obs := fleetwave.Observations{"n1": {Node: "n1"}}
+	plan := PlanWith(snap, obs, now, Options{RequireReport: true})
+	if got := nodesOf(plan.Rollouts[0]); !reflect.DeepEqual(got, []string{"n1:install"}) {
+		t.Fatalf("items = %v, want only the node that reported", got)
+	}
+	var held []string
+	for _, h := range plan.Holds {
+		if h.Reason == fleetwave.ReasonAwaitingReport {
+			held = append(held, h.Node)
+		}
+	}
+	sort.Strings(held)
+	if !reflect.DeepEqual(held, []string{"n2", "n3"}) {
+		t.Fatalf("awaiting_report holds %v, want n2 n3", held)
+	}
+	// the cap follows the whole scope, not the nodes that reported so far
+	snap.Triggers["op"].MaxConcurrent, snap.Triggers["op"].MaxConcurrentPercent = 0, 50
+	plan = PlanWith(snap, obs, now, Options{RequireReport: true})
+	if mc := plan.Rollouts[0].MaxConcurrent; mc != 2 || plan.Rollouts[0].BudgetCap != 2 {
+		t.Fatalf("max_concurrent_percent 50 of 3 nodes = %d (budget %d), want 2", mc, plan.Rollouts[0].BudgetCap)
 	}
 }
 
@@ -122,7 +153,8 @@ func TestPlanScopeFiltersAndDrain(t *testing.T) {
 			s.Triggers["op"].Nodes = []string{"n1", "n2"}
 			s.Triggers["op"].TargetWorkspaces = []string{"ws-a"}
 		}, []string{"n2:install"}},
-		{"draining node gets nothing", func(s *fleetwave.Snapshot) { s.Nodes["n3"].Drain = true }, []string{"n1:install", "n2:install"}},
+		// drain changes availability, not intent: the engine holds the item
+		{"a draining node keeps its item", func(s *fleetwave.Snapshot) { s.Nodes["n3"].Drain = true }, []string{"n3:install", "n1:install", "n2:install"}},
 		{"custom priority order", func(s *fleetwave.Snapshot) {
 			s.Config.PriorityOrder = []fleetwave.Criticality{"low", "medium", "high"}
 		}, []string{"n2:install", "n1:install", "n3:install"}},

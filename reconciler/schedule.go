@@ -124,20 +124,25 @@ func ScheduleBaseID(trigger string, tick time.Time) string {
 }
 
 // PlanSchedule plans one tick of a schedule trigger: action_name on every
-// observed instance of the block on the nodes in scope. Draining nodes get
-// nothing (held); CLI-managed instances are items skipped with cli_managed;
+// observed instance of the block on the nodes in scope, one one-shot event
+// (Once) in the trigger's budget. A draining node's item waits for the
+// drain to lift (node_draining); CLI-managed instances are items skipped with cli_managed;
 // the node's windows apply unless the trigger bypasses them. The template
 // is rendered as for reconciliation (the action may need the config).
 func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetwave.Trigger, tick time.Time, opts Options) (fleetwave.RolloutSpec, []Problem) {
 	key := fleetwave.Key(fleetwave.KindTrigger, t.Name)
 	gen := snap.Generation(key)
 	scope := Scope(snap, t)
+	mc := maxConcurrent(snap, t, len(scope))
 	spec := fleetwave.RolloutSpec{
 		BaseID:                  ScheduleBaseID(t.Name, tick),
 		Source:                  fleetwave.RolloutSource{Object: key, Generation: gen, Commit: snap.Commit, Kind: fleetwave.SourceScheduler},
-		MaxConcurrent:           maxConcurrent(snap, t, len(scope)),
+		MaxConcurrent:           mc,
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
+		Budget:                  t.Name,
+		BudgetCap:               mc,
+		Once:                    true,
 	}
 	block := snap.Blocks[t.BlockName]
 	if block == nil {
@@ -151,7 +156,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		n := snap.Nodes[id]
 		ik := fleetwave.InstanceKey{Node: id, Block: t.BlockName}
 		observed := observedInstance(obs, ik)
-		if observed == nil || n.Drain {
+		if observed == nil {
 			continue
 		}
 		out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))

@@ -1,16 +1,22 @@
 -- complete: the results of agents, in a batch. ARGV[4] backoff base ms,
 -- [5] backoff max ms, [6] delivery grace ms, [7] default action timeout
--- ms, [8] scan limit, [9] result count n, then 9 fields per result: node,
+-- ms, [8] scan limit, [9] result count n, then 11 fields per result: node,
 -- attempt id, attempt fence, class, exit code, jitter, observed instance
 -- json ("" = none), its updated_at (agent ms), its generation (-1 = no
--- instance reported).
+-- instance reported), its version, its state.
 -- Each result is checked against its attempt and item on its own, in
--- order, exactly as if it came alone. Health gate: a success whose
--- instance shows an earlier generation than the item's does not count as
--- done (a status left from an earlier revision never counts); the item
--- waits, ambiguous, for a full report that shows it.
+-- order, exactly as if it came alone. Health gate: a success counts as
+-- done only when the instance the agent reports agrees with the item: its
+-- generation at least the item's (a status left from an earlier revision
+-- never counts), its version the item's target version, its state the
+-- desired state (absent: no instance). A success that disagrees keeps the
+-- item in progress (reason report_mismatch) until its deadline, when it
+-- becomes ambiguous like a lost result; a full report that agrees, sent
+-- after the dispatch, completes it before (report.lua).
 -- Then every lane a result touched whose current wave has nothing left in
--- flight starts its next wave at once (lane_wave), so agents do not wait
+-- flight starts its next wave at once (lane_wave), and so does that lane
+-- in the other active rollouts of the same budget (the BRC's older or
+-- newer generations, its manual requests), so agents do not wait
 -- for the next Step: under the fence of the current lease, only while that
 -- lease is valid, only for an active rollout, and never when the wave
 -- would hold a windowed item (Step knows the windows and starts it then).
@@ -39,14 +45,23 @@ local function result(b)
       or (it.a_state ~= 'queued' and it.a_state ~= 'delivered') then
     return 'stale_attempt'
   end
+  local igen = tonumber(ARGV[b + 9]) or -1
+  if class == 'success' and not agrees(it, igen, ARGV[b + 10], ARGV[b + 11]) then
+    -- the attempt stays open: its deadline makes it ambiguous, unless a
+    -- full report shows the target in effect first
+    redis.call('HSET', k_i(it.id), 'a_state', 'disagree', 'a_exit', ARGV[b + 5],
+      'reason', 'report_mismatch', 'last_class', 'success', 'updated_at', int(NOW))
+    redis.call('SADD', P .. 'amb:' .. node, it.id)
+    if ARGV[b + 7] ~= '' then
+      redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[b + 7])
+      redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[b + 8])
+      redis.call('SADD', P .. 'obs_nodes', node)
+    end
+    return 'ok'
+  end
   -- the agent holds the attempt: a Poll popped it from the queue
   close_attempt(it, aid, 'done', 'a_exit', ARGV[b + 5])
-  local igen = tonumber(ARGV[b + 9]) or -1
-  if class == 'success' and igen >= 0 and igen < num(it.generation) and it.desired_state ~= 'absent'
-      and it.op ~= '1' then
-    set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success')
-    redis.call('SADD', P .. 'amb:' .. node, it.id)
-  elseif class == 'success' then
+  if class == 'success' then
     finish(it, 'completed', '', 'last_class', 'success')
     if ARGV[b + 7] ~= '' then
       redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[b + 7])
@@ -70,7 +85,7 @@ GATHER = { dl = {}, lf = {} }
 for i = 0, n - 1 do
   -- a result that breaks (corrupt data) fails alone: what it wrote before
   -- the error stays (Redis does not roll a script back), the others go on
-  local ok, st = pcall(result, 9 + i * 9)
+  local ok, st = pcall(result, 9 + i * 11)
   if not ok then
     st = 'error: ' .. tostring(st)
   end
@@ -94,6 +109,32 @@ if #touched > 0 then
       end
       if r.status == 'active' and lane_wave(l[1], r, l[2]) < 0 then
         r.status = 'blocked' -- halted by the failure threshold: no other lane starts
+      end
+      -- a result frees room in its budget: the same lane of the other
+      -- rollouts of that budget may start their waves, oldest first
+      if (r.budget or '') ~= '' then
+        local others = redis.call('SMEMBERS', P .. 'bud:' .. r.budget)
+        if #others > 1 then
+          local order = {}
+          for _, o in ipairs(others) do
+            if o ~= l[1] then
+              local ro = rs[o]
+              if not ro then
+                ro = hgetall(k_r(o))
+                rs[o] = ro
+              end
+              if ro.status == 'active' then
+                order[#order + 1] = o
+              end
+            end
+          end
+          table.sort(order, function(a, b) return num(rs[a].seq) < num(rs[b].seq) end)
+          for _, o in ipairs(order) do
+            if rs[o].status == 'active' and lane_wave(o, rs[o], l[2]) < 0 then
+              rs[o].status = 'blocked'
+            end
+          end
+        end
       end
     end
   end

@@ -1,75 +1,176 @@
--- create_rollout: ARGV[4] base id, [5] source json, [6] max_concurrent,
--- [7] failure_threshold_percent, [8] max_retries, [9] item source kind,
--- [10] source user, [11] item count, [12] observed version (0 = unknown),
--- [13] window set count k, then k pairs (window set id, definition json),
--- then 18 fields per item:
+-- create_rollout: ARGV[4] the spec's header (JSON, see rolloutHeader in
+-- rollout.go), [5] window set count k, then k pairs (window set id,
+-- definition json), then 18 fields per item:
 -- node, block, action, generation, target_version, config_hash,
 -- desired_state, managed_by, criticality, one_shot, timeout_ms, payload,
 -- window set id ('' = always open), skip reason ('' = none), split group
 -- ('' = none), requirements (newline-separated), block message ('' =
 -- none; otherwise the item is created blocked with the skip reason field
 -- as its reason, e.g. invalid_config, and is never dispatched), operational
--- ('1': a backup, restart... that leaves the instance as it is: created
--- only when the instance has no active item, never superseding one, and
--- its outcome is not recorded on the instance).
+-- ('1': a backup, restart... that leaves the instance as it is).
+--
+-- One trigger event, one rollout: the rollout of the header's id (and
+-- source) is created the first time and later specs of the same event
+-- (nodes that reported later, became eligible later) join it as new items,
+-- in later waves; a completed one is reopened, a cancelled or superseded
+-- one takes nothing more. A spec of a generation older than one already
+-- seen for its source object is stale and creates nothing. With
+-- supersede, the active, paused and blocked rollouts of older generations
+-- of the same object end as superseded: their pending and retrying items
+-- are skipped (reason superseded), their attempts in flight finish (and
+-- still count against the budget).
 -- A split group is created whole or not at all: when one of its (not
 -- skipped) specs would not be created, none of them is.
--- Returns {'stale_fence'} or {'ok', rollout id or '', item ids...}.
+-- Returns {'stale_fence'} or {'ok', rollout id or '', status, item ids...}
+-- where status is 'created', 'joined', 'none' (nothing to create),
+-- 'stale_generation', 'cancelled' or 'superseded' (the event's rollout
+-- takes no more items).
 if not check_fence() then
   return { 'stale_fence' }
 end
+local H = cjson.decode(ARGV[4])
 local NF = 18
-local n = tonumber(ARGV[11])
-local observed = tonumber(ARGV[12]) or 0
-local nws = tonumber(ARGV[13])
+local nws = tonumber(ARGV[5])
 for i = 0, nws - 1 do
   -- content-addressed: the same id always holds the same definition
-  redis.call('HSETNX', P .. 'wsets', ARGV[14 + 2 * i], ARGV[15 + 2 * i])
+  redis.call('HSETNX', P .. 'wsets', ARGV[6 + 2 * i], ARGV[7 + 2 * i])
 end
-local HEAD = 13 + 2 * nws
-local rid = nil
-local pos = 0
-local out = { 'ok', '' }
+local HEAD = 5 + 2 * nws
+local n = math.floor(H.items or 0)
+local observed = H.observed or 0
+local obj, gen = H.object or '', math.floor(H.generation or 0)
+local once = H.once == true
 local changed = false
 
-local function alloc_id(base)
-  if base == '' then
+-- a plan of an older generation than one already seen (a replica or a
+-- hub whose snapshot lags) changes nothing
+if obj ~= '' then
+  local seen = num(redis.call('HGET', P .. 'srcgen', obj))
+  if gen < seen then
+    return { 'ok', '', 'stale_generation' }
+  elseif gen > seen then
+    redis.call('HSET', P .. 'srcgen', obj, int(gen))
+  end
+end
+
+-- supersede: a newer generation replaces the rollouts of older ones
+if H.supersede and obj ~= '' then
+  for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. 'src:' .. obj, '-inf', '(' .. int(gen))) do
+    local rk = k_r(old)
+    local st = redis.call('HGET', rk, 'status')
+    if st == 'active' or st == 'paused' or st == 'blocked' then
+      -- the status first: finish() then completes nothing
+      redis.call('HSET', rk, 'status', 'superseded', 'reason', 'superseded', 'updated_at', int(NOW))
+      redis.call('ZREM', P .. 'active', old)
+      for _, lane in ipairs(lanes_of(old)) do
+        for _, id in ipairs(redis.call('ZRANGE', k_lp(old, lane), 0, -1)) do
+          local it = load_item(id)
+          if it.status == 'pending' then
+            finish(it, 'skipped', 'superseded')
+          end
+        end
+        for _, id in ipairs(redis.call('SMEMBERS', k_lf(old, lane))) do
+          local it = load_item(id)
+          if it.status == 'retrying' then
+            finish(it, 'skipped', 'superseded')
+          end
+        end
+      end
+      outbox_rollout(old, 'superseded', 'superseded')
+      changed = true
+    end
+  end
+end
+
+-- the event's rollout: base, base-2, ... the first free id or the first
+-- holding this same event (source object, generation and kind)
+local rid, existing = nil, nil
+do
+  local base = H.base
+  if base == nil or base == '' then
     base = 'rollout'
   end
-  local id = base
   local i = 1
-  while redis.call('EXISTS', k_r(id)) == 1 do
+  local id = base
+  while true do
+    local v = redis.call('HMGET', k_r(id), 'id', 'src_obj', 'src_gen', 'src_kind', 'status')
+    if not v[1] then
+      break
+    end
+    if v[2] == obj and num(v[3]) == gen and v[4] == (H.kind or '') then
+      existing = { status = v[5] }
+      break
+    end
     i = i + 1
     id = base .. '-' .. i
   end
-  return id
+  rid = id
+end
+if existing and (existing.status == 'cancelled' or existing.status == 'superseded') then
+  if changed then
+    bump()
+  end
+  return { 'ok', '', existing.status }
+end
+local out = { 'ok', '', 'none' }
+local opened = false
+local pos = 0
+if existing then
+  pos = num(redis.call('HGET', k_r(rid), 'npos'))
 end
 
 local function open_rollout()
-  rid = alloc_id(ARGV[4])
+  opened = true
+  if existing then
+    out[2], out[3] = rid, 'joined'
+    return
+  end
   local seq = redis.call('INCR', P .. 'seq')
+  local budget = H.budget or ''
   redis.call('HSET', k_r(rid), 'id', rid, 'status', 'active', 'reason', '',
-    'source', ARGV[5], 'max_concurrent', ARGV[6], 'failure_threshold_percent', ARGV[7],
-    'max_retries', ARGV[8], 'wave', '0', 'seq', int(seq),
+    'source', H.source, 'src_obj', obj, 'src_gen', int(gen), 'src_kind', H.kind or '',
+    'max_concurrent', int(H.max_concurrent or 0), 'failure_threshold_percent', H.ftp or '0',
+    'max_retries', int(H.max_retries or 0), 'wave', '0', 'seq', int(seq), 'npos', '0',
+    'budget', budget, 'budget_cap', int(H.budget_cap or 0), 'once', once and '1' or '0',
+    'hold', H.hold or '',
     'c_total', '0', 'c_done', '0', 'c_in_progress', '0', 'c_pending', '0', 'c_failed', '0', 'c_skipped', '0',
     'created_at', int(NOW), 'updated_at', int(NOW))
+  if (H.hold or '') ~= '' then
+    redis.call('HSET', k_r(rid), 'reason', H.hold)
+  end
   redis.call('ZADD', P .. 'rollouts', int(seq), rid)
   redis.call('ZADD', P .. 'active', int(seq), rid)
+  if obj ~= '' then
+    redis.call('ZADD', P .. 'src:' .. obj, int(gen), rid)
+  end
+  if budget ~= '' then
+    redis.call('SADD', P .. 'bud:' .. budget, rid)
+  end
   outbox_rollout(rid, 'active', 'created')
-  out[2] = rid
+  out[2], out[3] = rid, 'created'
 end
 
 -- decide says whether a spec is created, and which pending item of an
 -- older generation it supersedes, or whether the instance's active pointer
--- dangles (heal). It changes nothing.
+-- dangles (heal), or (q) whether the item is created queued behind the
+-- item that holds its instance (one-shot events: it waits with reason
+-- instance_busy and takes the instance when that item ends). It changes
+-- nothing.
 local function decide(inst, gen, hash, skip, op)
+  local cur = nil
+  if inst.active then
+    cur = hgetall(k_i(inst.active))
+    if not cur.status or not ACTIVE[cur.status] then
+      return true, nil, true -- dangling pointer: heal
+    end
+  end
   if op and skip == '' then
-    -- operational: only on a free instance; it supersedes nothing and no
-    -- converging bookkeeping (last_*) applies to it
-    if inst.active then
-      local cur = hgetall(k_i(inst.active))
-      if not cur.status or not ACTIVE[cur.status] then
-        return true, nil, true
+    -- operational: on a free instance; behind the holder in a one-shot
+    -- event; it supersedes nothing and no converging bookkeeping (last_*)
+    -- applies to it
+    if cur then
+      if once then
+        return true, nil, false, true
       end
       return false
     end
@@ -77,34 +178,39 @@ local function decide(inst, gen, hash, skip, op)
   end
   if skip ~= '' then
     -- a skipped item never occupies the instance; the same skip of the
-    -- same generation and config is recorded once
-    if (inst.skip_reason or '') == skip and num(inst.skip_gen) == gen
+    -- same generation and config is recorded once (per event for one-shot
+    -- events, which dedupe per instance anyway)
+    if not once and (inst.skip_reason or '') == skip and num(inst.skip_gen) == gen
         and (inst.skip_hash or '') == hash then
       return false
-    elseif inst.active then
-      local cur = hgetall(k_i(inst.active))
-      if not cur.status or not ACTIVE[cur.status] then
-        return true, nil, true
-      elseif num(cur.generation) >= gen then
+    elseif cur then
+      if num(cur.generation) >= gen and not once then
         return false -- already covered by a newer plan
-      elseif cur.status == 'pending' then
+      elseif cur.status == 'pending' and cur.op ~= '1' and num(cur.generation) < gen then
         return true, cur
       end
     end
     return true
   end
-  if inst.active then
-    local cur = hgetall(k_i(inst.active))
-    if not cur.status or not ACTIVE[cur.status] then
-      return true, nil, true -- dangling pointer: heal
-    elseif cur.op == '1' then
+  if cur then
+    if cur.op == '1' then
+      if once then
+        return true, nil, false, true
+      end
       return false -- a backup or restart runs first; the next plan decides
     elseif num(cur.generation) >= gen then
       return false -- already covered
     elseif cur.status == 'pending' then
       return true, cur
     end
+    if once then
+      return true, nil, false, true -- waits for the older attempt
+    end
     return false -- an older attempt is running: let it finish first
+  elseif once then
+    -- an explicit request runs even where the automatic plan would wait
+    -- for a newer generation
+    return true
   elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
       and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
     return false -- needs a newer generation
@@ -117,15 +223,26 @@ local function decide(inst, gen, hash, skip, op)
   return true
 end
 
+-- one-shot events: at most one item per instance, ever
+local ONCE_K = k_r(rid) .. ':inst'
+local function taken(node, block)
+  return once and redis.call('SISMEMBER', ONCE_K, node .. '\n' .. block) == 1
+end
+
 -- groups: one member that cannot be created holds back the whole group
 local veto = {}
 for i = 0, n - 1 do
   local b = HEAD + i * NF
   local grp = ARGV[b + 15]
   if grp ~= '' and ARGV[b + 14] == '' and not veto[grp] then
-    local inst = hgetall(k_inst(ARGV[b + 1], ARGV[b + 2]))
-    if not decide(inst, tonumber(ARGV[b + 4]), ARGV[b + 6], '') then
+    if taken(ARGV[b + 1], ARGV[b + 2]) then
       veto[grp] = true
+    else
+      local inst = hgetall(k_inst(ARGV[b + 1], ARGV[b + 2]))
+      local ok, _, _, q = decide(inst, tonumber(ARGV[b + 4]), ARGV[b + 6], '', false)
+      if not ok or q then
+        veto[grp] = true
+      end
     end
   end
 end
@@ -147,9 +264,9 @@ for i = 0, n - 1 do
     grp = '' -- a skipped item takes no part in its group's dispatch
   end
   local ik = k_inst(node, block)
-  local create, sup, heal = false, nil, false
-  if not veto[grp] then
-    create, sup, heal = decide(hgetall(ik), gen, hash, skip, ARGV[b + 18] == '1')
+  local create, sup, heal, queued = false, nil, false, false
+  if not veto[grp] and not taken(node, block) then
+    create, sup, heal, queued = decide(hgetall(ik), gen, hash, skip, ARGV[b + 18] == '1')
   end
   if heal then
     redis.call('HDEL', ik, 'active')
@@ -159,7 +276,7 @@ for i = 0, n - 1 do
     changed = true
   end
   if create then
-    if not rid then
+    if not opened then
       open_rollout()
     end
     pos = pos + 1
@@ -169,18 +286,34 @@ for i = 0, n - 1 do
       status, reason, done_at = 'skipped', skip, NOW
     elseif blocked ~= '' then
       status, reason, done_at = 'blocked', reason0, NOW
+    elseif queued then
+      reason = 'instance_busy'
     end
     redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
       'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
       'target_version', ARGV[b + 5], 'config_hash', hash, 'desired_state', ARGV[b + 7],
       'managed_by', lane, 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10], 'op', ARGV[b + 18],
       'timeout_ms', ARGV[b + 11], 'wset', ARGV[b + 13], 'grp', grp, 'req', ARGV[b + 16],
-      'status', status, 'reason', reason,
-      'source', ARGV[9], 'source_user', ARGV[10], 'wave', '0', 'retry_count', '0',
+      'status', status, 'reason', reason, 'q', queued and '1' or '0',
+      'source', H.kind or '', 'source_user', H.actor or '', 'wave', '0', 'retry_count', '0',
       'retry_after', '0', 'dispatched_at', '0', 'completed_at', int(done_at), 'attempts', '0',
       'last_attempt', '', 'last_class', '', 'created_at', int(NOW), 'updated_at', int(NOW))
     redis.call('RPUSH', k_r(rid) .. ':items', id)
     redis.call('HSETNX', k_lanes(rid), lane, '0')
+    if existing then
+      -- the next Step gives the lane's next in line their reasons anew
+      redis.call('HDEL', k_r(rid) .. ':peek', lane)
+    end
+    if once then
+      redis.call('SADD', ONCE_K, node .. '\n' .. block)
+    end
+    if status == 'pending' and existing and existing.status == 'completed' then
+      -- a late node joins a finished event: its rollout is active again
+      existing.status = 'active'
+      redis.call('HSET', k_r(rid), 'status', 'active', 'reason', '', 'updated_at', int(NOW))
+      redis.call('ZADD', P .. 'active', num(redis.call('HGET', k_r(rid), 'seq')), rid)
+      outbox_rollout(rid, 'active', 'joined')
+    end
     if status ~= 'pending' then
       outbox_item({ rollout = rid, id = id, node = node, block = block, generation = ARGV[b + 4] },
         status, reason)
@@ -200,7 +333,9 @@ for i = 0, n - 1 do
       if grp ~= '' then
         redis.call('RPUSH', k_g(rid, grp), id)
       end
-      redis.call('HSET', ik, 'active', id)
+      if not queued then
+        redis.call('HSET', ik, 'active', id)
+      end
       redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
     end
     redis.call('HINCRBY', k_r(rid), 'c_total', 1)
@@ -210,7 +345,8 @@ for i = 0, n - 1 do
     changed = true
   end
 end
-if rid then
+if opened then
+  redis.call('HSET', k_r(rid), 'npos', int(pos))
   maybe_complete(rid) -- every item skipped: nothing to wait for
 end
 if changed then

@@ -231,17 +231,18 @@ end
 local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'target_version',
   'config_hash', 'desired_state', 'managed_by', 'one_shot', 'timeout_ms', 'wset', 'grp', 'req',
   'status', 'reason', 'retry_count', 'retry_after', 'dispatched_at', 'attempts', 'last_attempt', 'op',
-  'a_state', 'wave' }
+  'a_state', 'wave', 'q' }
 -- what a result needs (complete.lua: the attempt check, finish, transient,
 -- set_status)
 local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
-  'managed_by', 'status', 'retry_count', 'attempts', 'last_attempt', 'op', 'a_fence', 'a_state' }
+  'managed_by', 'status', 'retry_count', 'attempts', 'last_attempt', 'op', 'a_fence', 'a_state',
+  'target_version' }
 -- what a wave scan needs of an item it may dispatch (a placement reject
 -- loads the rest)
-local ITEM_RUN_F = { 'rollout', 'node', 'managed_by', 'status', 'reason', 'retry_after', 'attempts',
-  'timeout_ms', 'wset', 'grp', 'req' }
+local ITEM_RUN_F = { 'rollout', 'node', 'block', 'managed_by', 'status', 'reason', 'retry_after', 'attempts',
+  'timeout_ms', 'wset', 'grp', 'req', 'q' }
 -- what a wave scan needs of an item it will not dispatch
-local ITEM_SCAN_F = { 'status', 'reason', 'retry_after', 'wset', 'grp' }
+local ITEM_SCAN_F = { 'node', 'block', 'status', 'reason', 'retry_after', 'wset', 'grp', 'q' }
 
 -- load_item returns item id's fields (ITEM_F, or the given list) as a
 -- table; a missing item yields a table without status.
@@ -425,4 +426,31 @@ local function gathered()
     each(l, function(...) lane_count('f', l.lane, -redis.call('SREM', k, ...)) end)
   end
   GATHER.dl, GATHER.lf = {}, {}
+end
+
+-- agrees is the health gate: whether an instance an agent reports (igen
+-- -1 = none; its version and state) shows item it in effect. Operational
+-- items (backup, restart) leave no trace on the instance and always agree.
+-- Desired absent wants no instance (or one in state absent); otherwise
+-- the instance must be at the item's generation or newer (a status left
+-- from an earlier revision never counts), at its target version (when it
+-- has one) and in its desired state (installed: any state but absent).
+local function agrees(it, igen, iver, istate)
+  if it.op == '1' then
+    return true
+  end
+  local ds = it.desired_state or ''
+  if ds == 'absent' then
+    return igen < 0 or istate == 'absent'
+  end
+  if igen < 0 or igen < num(it.generation) or istate == 'absent' then
+    return false
+  end
+  if (it.target_version or '') ~= '' and iver ~= it.target_version then
+    return false
+  end
+  if (ds == 'running' or ds == 'stopped') and istate ~= ds then
+    return false
+  end
+  return true
 end

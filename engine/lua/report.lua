@@ -1,6 +1,7 @@
--- report: ARGV[4] node, [5] report json (without instances), [6] sent_at ms,
--- [7] instance count, then 5 fields per instance: block, generation,
--- config_hash, state, instance json.
+-- report: ARGV[4] node, [5] report json (without instances; with the
+-- journalled attempt ids), [6] sent_at ms, [7] instance count, then 6
+-- fields per instance: block, generation, config_hash, state, version,
+-- instance json.
 -- Stores the observation and resolves the node's ambiguous items.
 -- Returns {'ok', resolved items, rollouts completed}.
 local node = ARGV[4]
@@ -19,11 +20,11 @@ for i = 1, #flat, 2 do
 end
 local seen = {}
 for i = 0, n - 1 do
-  local b = 7 + i * 5
+  local b = 7 + i * 6
   local block = ARGV[b + 1]
-  seen[block] = { gen = num(ARGV[b + 2]), hash = ARGV[b + 3], state = ARGV[b + 4] }
+  seen[block] = { gen = num(ARGV[b + 2]), hash = ARGV[b + 3], state = ARGV[b + 4], version = ARGV[b + 5] }
   if (stored_at[block] or 0) <= sent then
-    redis.call('HSET', ik, block, ARGV[b + 5])
+    redis.call('HSET', ik, block, ARGV[b + 6])
     redis.call('HSET', atk, block, sent)
   end
 end
@@ -34,37 +35,77 @@ for _, block in ipairs(redis.call('HKEYS', ik)) do
   end
 end
 local resolved, completed = 0, 0
+-- the attempts the agent journalled (ran or refused), by item, read from
+-- the report only when an item needs them
+local journal = nil
+local function journalled(item)
+  if journal == nil then
+    journal = {}
+    local ok, rep = pcall(cjson.decode, ARGV[5])
+    if ok and type(rep) == 'table' and type(rep.attempts) == 'table' then
+      for _, a in ipairs(rep.attempts) do
+        if type(a) == 'string' then
+          local iid = item_of(a)
+          if iid then
+            journal[iid] = true
+          end
+        end
+      end
+    end
+  end
+  return journal[item] == true
+end
+local function shows(it)
+  local inst = seen[it.block]
+  if it.op == '1' then
+    return false -- an operational action leaves no trace in a report
+  end
+  if inst == nil then
+    return agrees(it, -1, '', '')
+  end
+  return agrees(it, inst.gen, inst.version, inst.state)
+    and ((it.config_hash or '') == '' or inst.hash == it.config_hash)
+end
 local amb = redis.call('SMEMBERS', P .. 'amb:' .. node)
 for _, id in ipairs(amb) do
   local it = hgetall(k_i(id))
-  if it.status ~= 'ambiguous' then
-    redis.call('SREM', P .. 'amb:' .. node, id)
-  else
-    local disp = num(it.dispatched_at)
-    if sent > disp then
-      local inst = seen[it.block]
-      local done
-      if it.op == '1' then
-        done = false -- an operational action leaves no trace in a report
-      elseif it.desired_state == 'absent' then
-        done = inst == nil or inst.state == 'absent'
-      else
-        done = inst ~= nil and inst.gen >= num(it.generation)
-          and ((it.config_hash or '') == '' or inst.hash == it.config_hash)
-      end
+  if it.status == 'in_progress' and it.a_state == 'disagree' then
+    -- a success the result's own instance did not confirm: a later full
+    -- report that shows the target completes it
+    if sent > num(it.dispatched_at) and shows(it) then
+      redis.call('ZREM', P .. 'deadlines', it.last_attempt)
+      it.more = { 'a_state', 'done' }
+      redis.call('SREM', P .. 'amb:' .. node, id)
       resolved = resolved + 1
-      if done then
-        completed = completed + finish(it, 'completed', '')
-      elseif it.one_shot == '1' then
-        completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
-      elseif redis.call('HGET', k_r(it.rollout), 'status') == 'cancelled' then
-        completed = completed + finish(it, 'skipped', 'cancelled')
-      else
-        set_status(it, 'pending', '')
-        redis.call('SREM', P .. 'amb:' .. node, id)
-        lf_rem(it.rollout, it.managed_by, id)
-        lp_add(it.rollout, it.managed_by, it.pos, id)
-      end
+      completed = completed + finish(it, 'completed', '', 'last_class', 'success')
+    end
+  elseif it.status ~= 'ambiguous' then
+    redis.call('SREM', P .. 'amb:' .. node, id)
+  elseif sent > num(it.dispatched_at) and not (it.one_shot == '1' and sent <= num(it.amb_at)
+      and not journalled(id) and not shows(it)) then
+    -- (a one-shot item the report does not journal waits for a report sent
+    -- after it became ambiguous: before, its attempt may still reach the
+    -- agent)
+    resolved = resolved + 1
+    if shows(it) then
+      completed = completed + finish(it, 'completed', '')
+    elseif it.last_class == 'success' then
+      -- the agent said success, yet neither its result nor a later report
+      -- shows the target: a human must look (never run again blindly)
+      completed = completed + finish(it, 'blocked', 'report_mismatch')
+    elseif redis.call('HGET', k_r(it.rollout), 'status') == 'cancelled' then
+      completed = completed + finish(it, 'skipped', 'cancelled')
+    elseif it.one_shot == '1' and journalled(id) then
+      completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
+    else
+      -- the target is not in effect, and a one-shot action never reached
+      -- the agent (a report sent after the item became ambiguous does not
+      -- journal any of its attempts; the agent refuses one past its
+      -- deadline): a new attempt is safe
+      set_status(it, 'pending', '')
+      redis.call('SREM', P .. 'amb:' .. node, id)
+      lf_rem(it.rollout, it.managed_by, id)
+      lp_add(it.rollout, it.managed_by, it.pos, id)
     end
   end
 end

@@ -53,10 +53,16 @@ for _, aid in ipairs(due) do
       close_attempt(it, aid, 'expired')
       completed = completed + transient(it, BASE, MAXB, jitter())
       event('undelivered', it.rollout, it.id)
+    elseif it.a_state == 'disagree' then
+      -- a success whose report never showed the target: wait for a report
+      close_attempt(it, aid, 'disagree')
+      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success', 'amb_at', int(NOW))
+      redis.call('SADD', P .. 'amb:' .. it.node, it.id)
+      event('ambiguous', it.rollout, it.id)
     else
       -- delivered, no result: never replay blindly, wait for a report
       close_attempt(it, aid, 'lost')
-      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost')
+      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost', 'amb_at', int(NOW))
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id)
     end
@@ -86,7 +92,11 @@ for _, id in ipairs(ready) do
       redis.call('ZREM', P .. 'retry', id)
     else
       local at = closed_until(it)
-      if at == nil then
+      if draining(it.node) then
+        -- nothing new goes to a draining node: look again in a while
+        set_reason(it, 'node_draining', 0)
+        redis.call('ZADD', P .. 'retry', int(NOW + 10000), id)
+      elseif at == nil then
         dispatch(it, nil)
       else
         local score = at

@@ -94,6 +94,12 @@ local function dispatch(it, wave)
   elseif it.status == 'retrying' then
     dq_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
   end
+  if it.q == '1' then
+    -- a queued item takes its instance now that it is free
+    redis.call('HSET', k_inst(it.node, it.block), 'active', it.id)
+    redis.call('HSET', k_i(it.id), 'q', '0')
+    it.q = '0'
+  end
   set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
     'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', WV.fence, 'a_state', 'queued',
     'wave', wave and int(wave) or it.wave or '0') -- a retry stays in its wave
@@ -194,6 +200,68 @@ local function requires_of(it, into, seen)
   return into, seen
 end
 
+-- Draining nodes (the set 'drain', replaced by SetDrained): nothing new is
+-- dispatched to them; their items wait with reason node_draining.
+local DRAIN = {}
+local function draining(node)
+  local d = DRAIN[node]
+  if d == nil then
+    d = redis.call('SISMEMBER', P .. 'drain', node) == 1
+    DRAIN[node] = d
+  end
+  return d
+end
+
+-- busy says whether a queued item (q = '1', created behind the item that
+-- held its instance) must still wait: another active item holds the
+-- instance.
+local function busy(it)
+  if it.q ~= '1' then
+    return false
+  end
+  local holder = redis.call('HGET', k_inst(it.node, it.block), 'active')
+  if not holder or holder == it.id then
+    return false
+  end
+  local st = redis.call('HGET', k_i(holder), 'status')
+  return st ~= false and st ~= nil and ACTIVE[st] == true
+end
+
+-- budget_room returns how many more items lane may put in flight under
+-- the rollout's budget (its BRC): budget_cap minus the items in flight in
+-- that lane of every rollout sharing the budget (older generations
+-- finishing, manual requests of the same BRC). Finished rollouts with
+-- nothing in flight leave the budget's set. No budget: no bound.
+local function budget_room(rid, r, lane)
+  local b = r.budget or ''
+  local cap = num(r.budget_cap)
+  if b == '' or cap < 1 then
+    return math.huge
+  end
+  local bk = P .. 'bud:' .. b
+  local n = 0
+  for _, other in ipairs(redis.call('SMEMBERS', bk)) do
+    local c = redis.call('SCARD', k_lf(other, lane))
+    n = n + c
+    if c == 0 and other ~= rid then
+      local st = redis.call('HGET', k_r(other), 'status')
+      if st ~= 'active' and st ~= 'paused' and st ~= 'blocked' then
+        local idle = true
+        for _, l in ipairs(lanes_of(other)) do
+          if redis.call('SCARD', k_lf(other, l)) > 0 then
+            idle = false
+            break
+          end
+        end
+        if idle then
+          redis.call('SREM', bk, other)
+        end
+      end
+    end
+  end
+  return cap - n
+end
+
 -- lane_wave starts the next wave of a lane of active rollout rid (record r)
 -- when the lane has nothing in flight and something pending: the first
 -- max_concurrent pending items in dispatch order whose window is open. A
@@ -214,6 +282,9 @@ local function lane_wave(rid, r, lane)
   local lp, lf = k_lp(rid, lane), k_lf(rid, lane)
   if redis.call('ZCARD', lp) == 0 then
     return 0
+  end
+  if (r.hold or '') ~= '' then
+    return 0 -- held (e.g. until its claim is in Git): nothing starts
   end
   local mc = num(r.max_concurrent)
   if mc < 1 then
@@ -240,6 +311,14 @@ local function lane_wave(rid, r, lane)
       outbox_rollout(rid, 'blocked', 'failure_threshold')
       event('halted', rid, 'failure_threshold')
       return -1
+    end
+    -- the BRC's cap holds across its rollouts and generations
+    local room = budget_room(rid, r, lane)
+    if room < cap then
+      cap = math.max(room, 0)
+      if cap == 0 and not WV.peek then
+        return 0
+      end
     end
   end
   local plan = {} -- {'run', items} | {'wait', items, reason, ats} | {'reject', items}
@@ -291,7 +370,23 @@ local function lane_wave(rid, r, lane)
       end
       unit.reqs = reqs
     end
+    local held = nil
     if unit and #unit > 0 then
+      for _, m in ipairs(unit) do
+        if not m.node then
+          m.node, m.block, m.q = unpack(redis.call('HMGET', k_i(m.id), 'node', 'block', 'q'))
+        end
+        if draining(m.node) then
+          held = 'node_draining'
+          break
+        elseif busy(m) then
+          held = 'instance_busy'
+        end
+      end
+    end
+    if held then
+      plan[#plan + 1] = { 'wait', unit, held, {} }
+    elseif unit and #unit > 0 then
       local closed, ats = false, {}
       for i, m in ipairs(unit) do
         local at = closed_until(m)
@@ -348,7 +443,7 @@ local function lane_wave(rid, r, lane)
   for _, p in ipairs(plan) do
     if p[1] == 'reject' then
       for _, m in ipairs(p[2]) do
-        if not m.block then
+        if not m.generation then
           m = load_item(m.id) -- finish needs the whole item
         end
         WV.completed = WV.completed + finish(m, 'blocked', 'placement_rejected')

@@ -1,0 +1,22 @@
+-- release: ARGV[4] rollout id, [5] the hold to lift (e.g. claim). A held
+-- rollout dispatches nothing (wave.lua); releasing it lets its waves
+-- start at the next Step. A rollout not held, or held for another
+-- reason, is left alone.
+-- Returns {'stale_fence'} | {'not_found'} | {'ok', 1 when released else 0}.
+if not check_fence() then
+  return { 'stale_fence' }
+end
+local rk = k_r(ARGV[4])
+local v = redis.call('HMGET', rk, 'id', 'hold', 'reason')
+if not v[1] then
+  return { 'not_found' }
+end
+if v[2] ~= ARGV[5] or ARGV[5] == '' then
+  return { 'ok', 0 }
+end
+redis.call('HSET', rk, 'hold', '', 'updated_at', int(NOW))
+if v[3] == ARGV[5] then
+  redis.call('HSET', rk, 'reason', '')
+end
+bump()
+return { 'ok', 1 }
