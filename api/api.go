@@ -1,15 +1,27 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,19 +34,28 @@ import (
 //
 // Errors may wrap an *Error (its status and code are answered as is) or
 // ErrNotFound (404 not_found); any other error is answered as 500 internal
-// with a generic message, and its text is only logged.
+// with a generic message, and its text is only logged. A hub maps the
+// failures of its own dependencies (e.g. 503 redis_unavailable) to *Error.
 type Hub interface {
 	// AuthenticateAgent maps a per-node bearer token to its node.
 	AuthenticateAgent(token string) (node string, ok bool)
 	// RegisterAgent records an agent's full report at start; r.Node is the
-	// token's node.
+	// token's node and r passed the API's checks (see the package doc).
 	RegisterAgent(ctx context.Context, r fleetwave.Report) error
 	// PollAttempts returns the attempts queued for node, waiting up to wait
 	// for one to appear.
 	PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error)
-	// CompleteAttempt applies the result of one of node's attempts.
+	// CompleteAttempt applies the result of one of node's attempts; res
+	// passed the API's checks. The hub answers an attempt of another node
+	// with 403 forbidden before anything else.
 	CompleteAttempt(ctx context.Context, node string, res fleetwave.AttemptResult) error
-	// Report stores a full report; r.Node is the token's node.
+	// AttemptNode returns the node an attempt was dispatched to, or an
+	// error (an *Error such as 404 unknown_attempt when there is no such
+	// attempt). The API asks it only before refusing a result, so that a
+	// node learns nothing about another node's attempts from the answer.
+	AttemptNode(ctx context.Context, attemptID string) (node string, err error)
+	// Report stores a full report; r.Node is the token's node and r passed
+	// the API's checks.
 	Report(ctx context.Context, r fleetwave.Report) error
 	// Summary returns the dashboard counters, the last sync and the rollouts.
 	Summary(ctx context.Context) (fleetwave.Summary, error)
@@ -43,9 +64,9 @@ type Hub interface {
 	Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error)
 	// TriggerSync asks for a fetch of the config repository now.
 	TriggerSync()
-	// Ready returns nil when the hub can serve (store reachable, a snapshot
-	// in force).
-	Ready(ctx context.Context) error
+	// Readiness checks the hub's dependencies; it must answer within about
+	// a second (probes time out).
+	Readiness(ctx context.Context) Readiness
 	// VerifyGitHook checks a webhook's signature (nil when none is
 	// configured); an error refuses the hook with 401.
 	VerifyGitHook(header http.Header, body []byte) error
@@ -53,6 +74,19 @@ type Hub interface {
 	AuthenticateUser(token string) (Identity, bool)
 	// SetRolloutState pauses, resumes or cancels a rollout for actor.
 	SetRolloutState(ctx context.Context, id, action string, actor Identity) error
+}
+
+// Readiness is the state of the hub's dependencies, as GET /readyz answers
+// it.
+type Readiness struct {
+	// Checks maps each dependency ("redis", "git", ...) to "ok", a state
+	// word (e.g. "leader", "follower") or "error: <cause>". Causes name the
+	// failing dependency and never hold secrets.
+	Checks map[string]string
+	// Failing names the checks that keep the hub from serving; the hub is
+	// ready when it is empty. A check may report an error without being
+	// failing (e.g. git, while the last good snapshot stays in force).
+	Failing []string
 }
 
 // Identity is an API caller: a name and a role (admin, operator, viewer).
@@ -88,8 +122,43 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 // MaxPollWait caps the wait of the agents' long poll.
 const MaxPollWait = 30 * time.Second
 
-// DefaultMaxBody is the default cap of request bodies.
-const DefaultMaxBody = 1 << 20
+// Defaults of the request limits (see the package doc).
+const (
+	// DefaultMaxBody is the default cap of request bodies.
+	DefaultMaxBody = 1 << 20
+	// DefaultBodyTimeout is the default time a request body has to arrive
+	// in full: an agent's report is a few kilobytes, and 1 MiB takes under
+	// 10 s even at 1 Mbit/s.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultWriteTimeout is the default time an answer has to be written
+	// (the long poll adds its wait).
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultClientLimit is the default number of requests one client
+	// address may have in flight on an unauthenticated endpoint with a
+	// body (the git webhook): a git server sends one hook per push.
+	DefaultClientLimit = 8
+)
+
+// Limits of agent bodies: larger lists and longer strings are refused with
+// 400 invalid_report or invalid_result. They are far above what an agent
+// sends (a node holds a handful of block instances; the agent keeps at most
+// 1024 journal entries and an 8 KiB output tail) and keep one report's cost
+// to the hub bounded.
+const (
+	// MaxReportInstances caps the instances of a report.
+	MaxReportInstances = 1024
+	// MaxReportAttempts caps the journalled attempt ids of a report.
+	MaxReportAttempts = 4096
+	// MaxReportCapabilities caps the capabilities of a report.
+	MaxReportCapabilities = 256
+	// MaxReportDataAddresses caps the data addresses of a report.
+	MaxReportDataAddresses = 256
+	// MaxFieldLen caps identifiers, names, versions, hashes and addresses,
+	// in bytes.
+	MaxFieldLen = 256
+	// MaxOutputLen caps the output tail of a result, in bytes.
+	MaxOutputLen = 64 << 10
+)
 
 // Option configures New.
 type Option func(*server)
@@ -103,6 +172,40 @@ func WithMaxBody(n int64) Option {
 	return func(s *server) {
 		if n > 0 {
 			s.maxBody = n
+		}
+	}
+}
+
+// WithBodyTimeout sets the time a request body has to arrive in full
+// (default DefaultBodyTimeout); d <= 0 keeps the default. A slower body is
+// answered 408 body_timeout and its connection closed.
+func WithBodyTimeout(d time.Duration) Option {
+	return func(s *server) {
+		if d > 0 {
+			s.bodyTimeout = d
+		}
+	}
+}
+
+// WithWriteTimeout sets the time an answer has to be written (default
+// DefaultWriteTimeout; the long poll adds its wait); d <= 0 keeps the
+// default.
+func WithWriteTimeout(d time.Duration) Option {
+	return func(s *server) {
+		if d > 0 {
+			s.writeTimeout = d
+		}
+	}
+}
+
+// WithClientLimit sets how many requests one client address may have in
+// flight on the unauthenticated endpoints that read a body (default
+// DefaultClientLimit); n <= 0 keeps the default. Requests over the limit
+// are answered 429 too_many_requests with Retry-After.
+func WithClientLimit(n int) Option {
+	return func(s *server) {
+		if n > 0 {
+			s.limiter.max = n
 		}
 	}
 }
@@ -126,21 +229,25 @@ type mapping struct {
 }
 
 type server struct {
-	hub      Hub
-	log      zerolog.Logger
-	maxBody  int64
-	reg      prometheus.Registerer
-	gatherer prometheus.Gatherer
-	mappings []mapping
-	metrics  *metrics
-	mux      *http.ServeMux
+	hub          Hub
+	log          zerolog.Logger
+	maxBody      int64
+	bodyTimeout  time.Duration
+	writeTimeout time.Duration
+	limiter      *clientLimiter
+	reg          prometheus.Registerer
+	gatherer     prometheus.Gatherer
+	mappings     []mapping
+	metrics      *metrics
+	mux          *http.ServeMux
 }
 
 // New returns the HTTP handler of the API and the console. It panics only
 // when WithMetrics is given a registerer that refuses the API's collectors for
 // another reason than their being already registered.
 func New(h Hub, opts ...Option) http.Handler {
-	s := &server{hub: h, log: zerolog.Nop(), maxBody: DefaultMaxBody}
+	s := &server{hub: h, log: zerolog.Nop(), maxBody: DefaultMaxBody, bodyTimeout: DefaultBodyTimeout,
+		writeTimeout: DefaultWriteTimeout, limiter: &clientLimiter{max: DefaultClientLimit, inFlight: map[string]int{}}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -173,10 +280,22 @@ func New(h Hub, opts ...Option) http.Handler {
 	return s
 }
 
-// ServeHTTP instruments every request and turns panics into 500 answers.
+// ServeHTTP sets the request's deadlines, instruments it and turns panics
+// into 500 answers.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &statusWriter{ResponseWriter: w}
+	rw := &statusWriter{ResponseWriter: w, hasBody: r.Body != nil && r.Body != http.NoBody}
+	// Deadlines are set per request, not as the server's WriteTimeout,
+	// which would cut the agents' long polls: the poll extends its own. A
+	// writer without deadlines (a test recorder) is served without them.
+	rc := http.NewResponseController(rw)
+	_ = rc.SetWriteDeadline(start.Add(s.writeTimeout))
+	if rw.hasBody {
+		// The body must arrive in time whether a handler reads it or the
+		// server drains it after an early answer: a client dribbling a
+		// byte a second holds a connection no longer than this.
+		_ = rc.SetReadDeadline(start.Add(s.bodyTimeout))
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -206,18 +325,37 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
+// readyAnswer is the body of GET /readyz; a hub that is not ready also
+// carries the usual error object.
+type readyAnswer struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
+	Error  *errorFields      `json:"error,omitempty"`
+}
+
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
-	if err := s.hub.Ready(r.Context()); err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			s.log.Warn().Err(err).Msg("hub not ready")
-			e = &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "hub not ready"}
-		}
-		writeJSONError(w, e)
+	rd := s.hub.Readiness(r.Context())
+	a := readyAnswer{Ready: len(rd.Failing) == 0, Checks: rd.Checks}
+	if a.Checks == nil {
+		a.Checks = map[string]string{}
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if a.Ready {
+		writeJSON(w, http.StatusOK, a)
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok\n")
+	causes := make([]string, 0, len(rd.Failing))
+	for _, name := range rd.Failing {
+		cause := strings.TrimPrefix(a.Checks[name], "error: ")
+		if cause == "" {
+			cause = "failing"
+		}
+		causes = append(causes, name+": "+cause)
+	}
+	s.log.Warn().Strs("failing", rd.Failing).Msg("hub not ready")
+	a.Error = &errorFields{Code: "not_ready", Message: "hub not ready: " + strings.Join(causes, "; "),
+		Details: map[string][]string{"failing": rd.Failing}}
+	writeJSON(w, http.StatusServiceUnavailable, a)
 }
 
 func (s *server) summary(w http.ResponseWriter, r *http.Request) {
@@ -267,10 +405,20 @@ func (s *server) writeRollout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, RolloutAnswer{Rollout: ro, Items: items})
 }
 
+// hookGit takes a git webhook. Its body is the git server's own payload:
+// it is capped, read within the body timeout and verified, never decoded.
+// The endpoint needs no token, so each client address gets a bounded
+// number of requests in flight.
 func (s *server) hookGit(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	release, ok := s.limiter.acquire(clientKey(r.RemoteAddr))
+	if !ok {
+		s.tooMany(w, r)
+		return
+	}
+	defer release()
+	body, err := s.readBody(w, r)
 	if err != nil {
-		s.fail(w, r, bodyError(err))
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.hub.VerifyGitHook(r.Header, body); err != nil {
@@ -281,6 +429,18 @@ func (s *server) hookGit(w http.ResponseWriter, r *http.Request) {
 	s.hub.TriggerSync()
 	s.log.Info().Msg("sync requested by webhook")
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
+}
+
+// tooMany answers 429: a slot frees at the latest when the body timeout
+// ends a request in flight, hence the Retry-After.
+func (s *server) tooMany(w http.ResponseWriter, r *http.Request) {
+	retry := max(1, int(math.Ceil(s.bodyTimeout.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	// Debug, not Warn: a flood would otherwise turn into a flood of logs;
+	// the requests metric counts the 429 answers.
+	s.log.Debug().Str("remote", r.RemoteAddr).Int("limit", s.limiter.max).Msg("client over its in-flight limit")
+	writeJSONError(w, &Error{Status: http.StatusTooManyRequests, Code: "too_many_requests",
+		Message: "too many requests in flight from this client; retry later", Details: map[string]int{"limit": s.limiter.max}})
 }
 
 func (s *server) notFound(w http.ResponseWriter, _ *http.Request) {
@@ -355,9 +515,18 @@ func (s *server) rolloutState(w http.ResponseWriter, r *http.Request, id Identit
 		writeJSONError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such rollout action; want pause, resume or cancel"})
 		return
 	}
-	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, s.maxBody)); err != nil {
-		s.fail(w, r, bodyError(err))
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
 		return
+	}
+	// The action takes no parameters: no body, or an empty JSON object.
+	if len(bytes.Trim(body, jsonSpace)) > 0 {
+		var none struct{}
+		if err := decodeJSON(body, &none); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	if err := s.hub.SetRolloutState(r.Context(), r.PathValue("id"), action, id); err != nil {
 		s.fail(w, r, err)
@@ -385,13 +554,19 @@ func (s *server) report(w http.ResponseWriter, r *http.Request, node string) {
 }
 
 func (s *server) takeReport(w http.ResponseWriter, r *http.Request, node string, store func(context.Context, fleetwave.Report) error) {
-	var rep fleetwave.Report
-	if err := s.decode(w, r, &rep); err != nil {
+	body, err := s.readBody(w, r)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if rep.Node != "" && rep.Node != node {
-		writeJSONError(w, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "report names another node"})
+	var rep fleetwave.Report
+	if err := decodeJSON(body, &rep); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkReport(&rep, node); err != nil {
+		s.log.Warn().Str("node", node).Str("error", err.Message).Msg("report refused")
+		s.fail(w, r, err)
 		return
 	}
 	rep.Node = node
@@ -414,6 +589,11 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: err.Error()})
 		return
 	}
+	// The poll may last wait, then its answer has the usual write time.
+	// (Reading needs no extension: a request without a body is read in
+	// full, and the server lifts the read deadline while it watches the
+	// connection for the client hanging up.)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + s.writeTimeout))
 	atts, err := s.hub.PollAttempts(r.Context(), node, wait)
 	if err != nil {
 		s.fail(w, r, err)
@@ -436,25 +616,56 @@ func parseWait(v string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.Atoi(v)
 		if nerr != nil {
-			return 0, fmt.Errorf("wait %q is neither a duration nor seconds", v)
+			return 0, fmt.Errorf("wait %s is neither a duration nor seconds", quote(v))
 		}
-		d = time.Duration(n) * time.Second
+		d = time.Duration(min(max(n, -1), int(MaxPollWait/time.Second))) * time.Second
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("wait %q is negative", v)
+		return 0, fmt.Errorf("wait %s is negative", quote(v))
 	}
 	return min(d, MaxPollWait), nil
 }
 
+// result takes an attempt's result. Ownership comes first: a refusal of
+// the body's content is answered only once the attempt is known to be the
+// node's own, so another node's attempt is always 403 forbidden, whatever
+// the body. A valid result goes to the hub, which checks ownership before
+// anything else. Only transport refusals (413, 408) come earlier: they say
+// nothing about the content or the attempt.
 func (s *server) result(w http.ResponseWriter, r *http.Request, node string) {
-	var res fleetwave.AttemptResult
-	if err := s.decode(w, r, &res); err != nil {
+	attempt := r.PathValue("attempt")
+	if textProblem(attempt, MaxFieldLen, true) != "" {
+		// no attempt can have such an id (attempt_id is held to the same rule)
+		writeJSONError(w, &Error{Status: http.StatusNotFound, Code: "unknown_attempt", Message: "no such attempt"})
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if res.AttemptID != r.PathValue("attempt") {
-		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "attempt_mismatch",
-			Message: "attempt_id in the body differs from the attempt in the path"})
+	var res fleetwave.AttemptResult
+	refusal := decodeJSON(body, &res)
+	if refusal == nil {
+		refusal = checkResult(&res)
+	}
+	if refusal == nil && res.AttemptID != attempt {
+		refusal = &Error{Status: http.StatusBadRequest, Code: "attempt_mismatch",
+			Message: "attempt_id in the body differs from the attempt in the path", Details: map[string]string{"field": "attempt_id"}}
+	}
+	if refusal != nil {
+		owner, err := s.hub.AttemptNode(r.Context(), attempt)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if owner != node {
+			s.log.Warn().Str("node", node).Str("attempt", attempt).Msg("result for an attempt of another node")
+			writeJSONError(w, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "attempt belongs to another node"})
+			return
+		}
+		s.log.Warn().Str("node", node).Str("attempt", attempt).Str("code", refusal.Code).Str("error", refusal.Message).Msg("result refused")
+		writeJSONError(w, refusal)
 		return
 	}
 	if err := s.hub.CompleteAttempt(r.Context(), node, res); err != nil {
@@ -464,34 +675,328 @@ func (s *server) result(w http.ResponseWriter, r *http.Request, node string) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// decode reads one JSON value from a capped body, refusing unknown fields
-// and trailing data.
-func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+// readBody reads the whole body, capped at the maximum size and within the
+// body deadline ServeHTTP set (once the body is read, the server lifts it).
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		var netErr net.Error
+		switch {
+		case errors.As(err, &tooLarge):
+			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+			s.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Dur("timeout", s.bodyTimeout).Msg("request body too slow")
+			return nil, &Error{Status: http.StatusRequestTimeout, Code: "body_timeout",
+				Message: fmt.Sprintf("request body not received within %s", s.bodyTimeout)}
+		}
+		// the client hung up, or sent a broken chunked encoding
+		return nil, &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "request body could not be read"}
+	}
+	if sw, ok := w.(*statusWriter); ok {
+		sw.bodyRead = true
+	}
+	return b, nil
+}
+
+// jsonSpace is the white space JSON allows between tokens.
+const jsonSpace = " \t\r\n"
+
+// decodeJSON decodes b, a whole body, into v: one JSON object, no unknown
+// field, nothing after it.
+func decodeJSON(b []byte, v any) *Error {
+	trimmed := bytes.TrimLeft(b, jsonSpace)
+	if len(trimmed) == 0 {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "empty body"}
+	}
+	if trimmed[0] != '{' {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "body is not a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return bodyError(err)
+		return jsonError(err)
 	}
+	end := dec.InputOffset()
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return bodyError(err)
-		}
-		return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "body holds more than one JSON value"}
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_body",
+			Message: fmt.Sprintf("body holds more after the JSON object (byte %d)", end)}
 	}
 	return nil
 }
 
-func bodyError(err error) error {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-			Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
+// jsonError turns a decoding error into an invalid_body answer naming the
+// field or byte offset. It quotes at most a short prefix of a value, and
+// only of the client's own body.
+func jsonError(err error) *Error {
+	var typ *json.UnmarshalTypeError
+	var syn *json.SyntaxError
+	var tim *time.ParseError
+	switch {
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return fieldError("invalid_body", field, fmt.Sprintf("want %s, got %s", jsonKind(typ.Type), truncate(typ.Value)))
+	case errors.As(err, &syn):
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_body",
+			Message: fmt.Sprintf("invalid JSON at byte %d: %s", syn.Offset, truncate(syn.Error()))}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "body ends inside the JSON object"}
+	case errors.As(err, &tim), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "invalid time: want RFC 3339, e.g. 2026-01-01T00:00:00Z"}
 	}
-	if errors.Is(err, io.EOF) {
-		return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: "empty body"}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name, uerr := strconv.Unquote(f); uerr == nil {
+			return fieldError("invalid_body", name, "unknown field")
+		}
 	}
-	// json errors name fields and offsets, never values: safe to answer.
-	return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: strings.TrimPrefix(err.Error(), "json: ")}
+	return &Error{Status: http.StatusBadRequest, Code: "invalid_body", Message: truncate(strings.TrimPrefix(err.Error(), "json: "))}
+}
+
+// jsonKind names the JSON a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Time]() {
+		return "an RFC 3339 time string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("an integer of %d bits", t.Bits())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("a non-negative integer of %d bits", t.Bits())
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another type"
+}
+
+// blockName is the DNS-label-like name of a block (the config repository's
+// #Name), so an instance name is always one the hub could have sent.
+var blockName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// checkReport refuses a report with a field out of its domain or limits
+// (400 invalid_report naming the field). node is the path's (and token's)
+// node.
+func checkReport(rep *fleetwave.Report, node string) *Error {
+	const code = "invalid_report"
+	if rep.Node != "" && rep.Node != node {
+		return fieldError(code, "node", fmt.Sprintf("names node %s, not the node of the path %s", quote(rep.Node), quote(node)))
+	}
+	if err := checkText(code, "agent_version", rep.AgentVersion, MaxFieldLen, false); err != nil {
+		return err
+	}
+	if len(rep.Capabilities) > MaxReportCapabilities {
+		return fieldError(code, "capabilities", fmt.Sprintf("holds %d entries; at most %d", len(rep.Capabilities), MaxReportCapabilities))
+	}
+	for i, c := range rep.Capabilities {
+		if err := checkText(code, fmt.Sprintf("capabilities[%d]", i), c, MaxFieldLen, true); err != nil {
+			return err
+		}
+	}
+	if len(rep.DataAddresses) > MaxReportDataAddresses {
+		return fieldError(code, "data_addresses", fmt.Sprintf("holds %d entries; at most %d", len(rep.DataAddresses), MaxReportDataAddresses))
+	}
+	for _, k := range slices.Sorted(maps.Keys(rep.DataAddresses)) {
+		if problem := textProblem(k, MaxFieldLen, true); problem != "" {
+			return fieldError(code, "data_addresses", "a name "+problem)
+		}
+		if err := checkText(code, "data_addresses["+quote(k)+"]", rep.DataAddresses[k], MaxFieldLen, false); err != nil {
+			return err
+		}
+	}
+	if len(rep.Instances) > MaxReportInstances {
+		return fieldError(code, "instances", fmt.Sprintf("holds %d entries; at most %d", len(rep.Instances), MaxReportInstances))
+	}
+	seen := make(map[string]int, len(rep.Instances))
+	for i := range rep.Instances {
+		field := fmt.Sprintf("instances[%d]", i)
+		if err := checkInstance(code, field, &rep.Instances[i]); err != nil {
+			return err
+		}
+		b := rep.Instances[i].Block
+		if j, dup := seen[b]; dup {
+			return fieldError(code, field+".block", fmt.Sprintf("block %s is reported twice (also instances[%d])", quote(b), j))
+		}
+		seen[b] = i
+	}
+	if len(rep.Attempts) > MaxReportAttempts {
+		return fieldError(code, "attempts", fmt.Sprintf("holds %d entries; at most %d", len(rep.Attempts), MaxReportAttempts))
+	}
+	for i, a := range rep.Attempts {
+		if err := checkText(code, fmt.Sprintf("attempts[%d]", i), a, MaxFieldLen, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkResult refuses a result with a field out of its domain or limits
+// (400 invalid_result naming the field). lost passes: the agent sends it
+// for an attempt it was running when it stopped, and the hub decides.
+func checkResult(res *fleetwave.AttemptResult) *Error {
+	const code = "invalid_result"
+	if err := checkText(code, "attempt_id", res.AttemptID, MaxFieldLen, true); err != nil {
+		return err
+	}
+	if res.Fence < 0 {
+		return fieldError(code, "fence", fmt.Sprintf("is %d; a fencing token is never negative", res.Fence))
+	}
+	switch res.Class {
+	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent, fleetwave.ResultLost:
+	case "":
+		return fieldError(code, "class", "is required; want success, transient, permanent or lost")
+	default:
+		return fieldError(code, "class", fmt.Sprintf("is %s; want success, transient, permanent or lost", quote(string(res.Class))))
+	}
+	if len(res.Output) > MaxOutputLen {
+		return fieldError(code, "output", fmt.Sprintf("is %d bytes; at most %d", len(res.Output), MaxOutputLen))
+	}
+	if res.Instance != nil {
+		return checkInstance(code, "instance", res.Instance)
+	}
+	return nil
+}
+
+// checkInstance refuses an observed block instance with a field out of its
+// domain or limits.
+func checkInstance(code, field string, in *fleetwave.InstanceStatus) *Error {
+	if in.Block == "" {
+		return fieldError(code, field+".block", "is required")
+	}
+	if !blockName.MatchString(in.Block) {
+		return fieldError(code, field+".block", fmt.Sprintf("%s is not a block name (1-63 lowercase letters, digits and '-', alphanumeric at both ends)", quote(in.Block)))
+	}
+	if in.Generation < 0 {
+		return fieldError(code, field+".generation", fmt.Sprintf("is %d; generations are never negative", in.Generation))
+	}
+	switch in.State {
+	case "", fleetwave.StateInstalled, fleetwave.StateRunning, fleetwave.StateStopped, fleetwave.StateAbsent:
+	default:
+		return fieldError(code, field+".state", fmt.Sprintf("is %s; want installed, running, stopped or absent", quote(string(in.State))))
+	}
+	for _, f := range []struct{ name, v string }{
+		{"version", in.Version}, {"config_hash", in.ConfigHash}, {"managed_by", in.ManagedBy}, {"last_attempt", in.LastAttempt},
+	} {
+		if err := checkText(code, field+"."+f.name, f.v, MaxFieldLen, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkText refuses a missing (when required) or over-long string, or one
+// holding a control character (identifiers end up in logs and keys).
+func checkText(code, field, v string, maxLen int, required bool) *Error {
+	if problem := textProblem(v, maxLen, required); problem != "" {
+		return fieldError(code, field, problem)
+	}
+	return nil
+}
+
+// textProblem says what is wrong with v for checkText, or "".
+func textProblem(v string, maxLen int, required bool) string {
+	switch {
+	case v == "" && required:
+		return "is required"
+	case len(v) > maxLen:
+		return fmt.Sprintf("is %d bytes; at most %d", len(v), maxLen)
+	case strings.ContainsFunc(v, unicode.IsControl):
+		return "holds a control character"
+	}
+	return ""
+}
+
+// fieldError is a 400 answer about one field, named in the message and in
+// details.field.
+func fieldError(code, field, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: code, Message: field + ": " + msg, Details: map[string]string{"field": field}}
+}
+
+// quote quotes a client-sent value for a message, cut to a short prefix.
+func quote(v string) string {
+	const keep = 64
+	if len(v) <= keep {
+		return strconv.Quote(v)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return strconv.Quote(v[:cut]) + "..."
+}
+
+// truncate bounds a message taken from an error of the standard library.
+func truncate(msg string) string {
+	const keep = 200
+	if len(msg) <= keep {
+		return msg
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
+}
+
+// clientLimiter bounds the requests each client address has in flight.
+type clientLimiter struct {
+	max      int
+	mu       sync.Mutex
+	inFlight map[string]int
+}
+
+// acquire takes a slot of client key, or reports that it has none left.
+func (l *clientLimiter) acquire(key string) (release func(), ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inFlight[key] >= l.max {
+		return nil, false
+	}
+	l.inFlight[key]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.inFlight[key]--; l.inFlight[key] <= 0 {
+			delete(l.inFlight, key)
+		}
+	}, true
+}
+
+// clientKey is the address a client is limited by: its IP, or its /64 for
+// IPv6, as one host commonly holds a whole /64. Forwarding headers are not
+// trusted (any client can set them); behind a proxy, clients share its
+// address.
+func clientKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	addr = addr.WithZone("").Unmap()
+	if addr.Is6() {
+		p, _ := addr.Prefix(64)
+		return p.String()
+	}
+	return addr.String()
 }
 
 // fail answers err: an *Error as is, mapped sentinels, ErrNotFound as 404,
@@ -557,23 +1062,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// statusWriter records the status code for metrics.
+// statusWriter records the status code for metrics, and closes the
+// connection after an answer given without reading the request's body.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	wrote  bool
+	status   int
+	wrote    bool
+	hasBody  bool // the request came with a body
+	bodyRead bool // a handler read it in full
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.status, w.wrote = code, true
+		if w.hasBody && !w.bodyRead {
+			// The server would drain an unread body, before answering and
+			// again after, to reuse the connection: a client dribbling it
+			// would hold the connection until the body deadline. An early
+			// answer (401, 429, 413, ...) goes out at once instead, and the
+			// connection closes right after it.
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now())
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if !w.wrote {
-		w.status, w.wrote = http.StatusOK, true
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
 }

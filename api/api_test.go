@@ -26,12 +26,21 @@ type fakeHub struct {
 	calls    []string
 	register func(fleetwave.Report) error
 	poll     func(node string, wait time.Duration) ([]fleetwave.Attempt, error)
+	// pollCtx, when set, replaces poll and sees the request's context.
+	pollCtx  func(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error)
 	complete func(node string, res fleetwave.AttemptResult) error
-	report   func(fleetwave.Report) error
-	summary  func() (fleetwave.Summary, error)
-	rollout  func(id string) (fleetwave.Rollout, []fleetwave.Item, error)
-	ready    func() error
-	synced   int
+	// owner answers AttemptNode; nil: every attempt is node-a's.
+	owner  func(attempt string) (string, error)
+	report func(fleetwave.Report) error
+	// reportCtx, when set, replaces report and sees the request's context.
+	reportCtx func(context.Context, fleetwave.Report) error
+	summary   func() (fleetwave.Summary, error)
+	rollout   func(id string) (fleetwave.Rollout, []fleetwave.Item, error)
+	readiness func() api.Readiness
+	verify    func(http.Header, []byte) error
+	synced    int
+	// ownerAsked counts AttemptNode calls (not in calls: it changes nothing).
+	ownerAsked int
 }
 
 var tokens = map[string]string{"token-a": "node-a", "token-b": "node-b"}
@@ -61,8 +70,11 @@ func (f *fakeHub) RegisterAgent(_ context.Context, r fleetwave.Report) error {
 	return nil
 }
 
-func (f *fakeHub) PollAttempts(_ context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
+func (f *fakeHub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
 	f.record(fmt.Sprintf("poll %s %s", node, wait))
+	if f.pollCtx != nil {
+		return f.pollCtx(ctx, node, wait)
+	}
 	if f.poll != nil {
 		return f.poll(node, wait)
 	}
@@ -77,8 +89,21 @@ func (f *fakeHub) CompleteAttempt(_ context.Context, node string, res fleetwave.
 	return nil
 }
 
-func (f *fakeHub) Report(_ context.Context, r fleetwave.Report) error {
+func (f *fakeHub) AttemptNode(_ context.Context, attempt string) (string, error) {
+	f.mu.Lock()
+	f.ownerAsked++
+	f.mu.Unlock()
+	if f.owner != nil {
+		return f.owner(attempt)
+	}
+	return "node-a", nil
+}
+
+func (f *fakeHub) Report(ctx context.Context, r fleetwave.Report) error {
 	f.record("report " + r.Node)
+	if f.reportCtx != nil {
+		return f.reportCtx(ctx, r)
+	}
 	if f.report != nil {
 		return f.report(r)
 	}
@@ -99,7 +124,10 @@ func (f *fakeHub) Rollout(_ context.Context, id string) (fleetwave.Rollout, []fl
 	return fleetwave.Rollout{}, nil, api.ErrNotFound
 }
 
-func (f *fakeHub) VerifyGitHook(h http.Header, _ []byte) error {
+func (f *fakeHub) VerifyGitHook(h http.Header, body []byte) error {
+	if f.verify != nil {
+		return f.verify(h, body)
+	}
 	if h.Get("X-Fleetwave-Signature") == "bad" {
 		return errors.New("signature mismatch")
 	}
@@ -127,11 +155,11 @@ func (f *fakeHub) TriggerSync() {
 	f.synced++
 }
 
-func (f *fakeHub) Ready(context.Context) error {
-	if f.ready != nil {
-		return f.ready()
+func (f *fakeHub) Readiness(context.Context) api.Readiness {
+	if f.readiness != nil {
+		return f.readiness()
 	}
-	return nil
+	return api.Readiness{Checks: map[string]string{"redis": "ok", "snapshot": "ok", "git": "ok", "leader": "leader"}}
 }
 
 var _ api.Hub = (*fakeHub)(nil)
@@ -192,8 +220,9 @@ func errorCode(t *testing.T, a answer) string {
 	t.Helper()
 	var e struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Details json.RawMessage `json:"details"`
 		} `json:"error"`
 	}
 	dec := json.NewDecoder(strings.NewReader(a.body))
@@ -218,13 +247,7 @@ func TestRoutes(t *testing.T) {
 		wantCalls  []string
 	}{
 		{name: "healthz answers ok", req: request{method: "GET", path: "/healthz"}, wantStatus: 200, wantBody: []string{"ok"}},
-		{name: "readyz answers ok when the hub is ready", req: request{method: "GET", path: "/readyz"}, wantStatus: 200, wantBody: []string{"ok"}},
-		{
-			name:       "readyz answers not_ready without leaking the cause",
-			hub:        &fakeHub{ready: func() error { return errors.New("dial tcp 10.1.2.3:6379: refused") }},
-			req:        request{method: "GET", path: "/readyz"},
-			wantStatus: 503, wantCode: "not_ready",
-		},
+		{name: "readyz answers ok when the hub is ready", req: request{method: "GET", path: "/readyz"}, wantStatus: 200, wantBody: []string{`"ready":true`, `"redis":"ok"`}},
 		{
 			name:       "summary returns the hub's summary",
 			hub:        &fakeHub{summary: func() (fleetwave.Summary, error) { return sampleSummary(), nil }},
@@ -314,9 +337,9 @@ func TestRoutes(t *testing.T) {
 			wantStatus: 403, wantCode: "forbidden",
 		},
 		{
-			name:       "a report naming another node in its body is forbidden",
+			name:       "a report naming another node in its body is invalid_report",
 			req:        request{method: "POST", path: "/api/v1/agent/nodes/node-b/report", token: "token-b", body: report},
-			wantStatus: 403, wantCode: "forbidden",
+			wantStatus: 400, wantCode: "invalid_report",
 		},
 		{
 			name:       "report with an unknown field is invalid_body",
@@ -426,7 +449,7 @@ func TestRoutes(t *testing.T) {
 				t.Errorf("hub calls = %q, want %q", calls, tt.wantCalls)
 			}
 			switch tt.wantCode {
-			case "unauthorized", "forbidden", "invalid_body", "body_too_large", "attempt_mismatch", "invalid_query":
+			case "unauthorized", "forbidden", "invalid_body", "body_too_large", "attempt_mismatch", "invalid_query", "invalid_report", "invalid_result":
 				if len(calls) != 0 {
 					t.Errorf("refused request reached the hub: %q", calls)
 				}

@@ -2,7 +2,7 @@
 //
 // The API reads and drives the hub through the Hub interface it defines; the
 // hub package implements it. The package holds no state of its own besides
-// its Prometheus metrics.
+// its Prometheus metrics and the per-client request counts of its limiter.
 //
 // # Wire format
 //
@@ -11,24 +11,100 @@
 //
 //	{"error": {"code": "not_found", "message": "no such rollout", "details": ...}}
 //
-// with a matching HTTP status. Stable codes: invalid_body (400), invalid_query
-// (400), attempt_mismatch (400), unauthorized (401), forbidden (403),
-// not_found (404, also for unknown paths and methods under /api/),
-// body_too_large (413), not_ready (503), internal (500); the hub may return more through *Error. Request
-// bodies are capped (WithMaxBody, default 1 MiB) and decoded strictly:
-// unknown fields, trailing data and empty bodies are refused with invalid_body.
+// with a matching HTTP status; a refusal about one field names it at the
+// start of the message and in details ({"field": "instances[2].state"}).
+// Stable codes:
+//
+//	invalid_body (400)       the body is not one JSON object: empty, broken,
+//	                         an unknown field (named), a wrong type (the field
+//	                         path named), data after the object
+//	invalid_report (400)     a report field out of its domain or limits
+//	invalid_result (400)     a result field out of its domain or limits; 422
+//	                         when the hub does not accept a valid class (lost)
+//	attempt_mismatch (400)   a result's attempt_id differs from the path's
+//	invalid_query (400)      a bad query parameter (wait)
+//	unauthorized (401)       missing or unknown bearer token
+//	invalid_signature (401)  a git webhook whose signature does not verify
+//	forbidden (403)          a token of another node, an attempt of another
+//	                         node, a role too low
+//	not_found (404)          also for unknown paths and methods under /api/
+//	unknown_attempt (404)    no such attempt
+//	body_timeout (408)       the body did not arrive within the body timeout
+//	body_too_large (413)     the body exceeds the cap
+//	too_many_requests (429)  a client over its in-flight limit; Retry-After
+//	                         says when to try again
+//	not_ready (503)          /readyz: a required dependency fails
+//	redis_unavailable (503)  Redis cannot be reached or cannot serve now
+//	internal (500)           anything else; the cause is only logged
+//
+// The hub may return more codes through *Error (e.g. stale_attempt,
+// invalid_state, not_leader).
+//
+// # Bodies and limits
+//
+// Request bodies are capped (WithMaxBody, default 1 MiB), must arrive in full
+// within the body timeout (WithBodyTimeout, default 10 s; then 408 and the
+// connection is closed) and are decoded strictly: one JSON object, no unknown
+// field, nothing after it. An answer given without reading the body (401,
+// 403, 429, ...) closes the connection rather than waiting for the body.
+// Answers must be written within the write timeout (WithWriteTimeout,
+// default 30 s); the long poll gets its wait on top. Deadlines are set per
+// request, so the server needs no WriteTimeout that would cut long polls.
+//
+// The git webhook needs no token, so each client address (an IPv4 address,
+// an IPv6 /64) may have only WithClientLimit (default 8) requests in flight
+// there; more are answered 429 with Retry-After (the body timeout, in whole
+// seconds). Forwarding headers are not trusted: behind a proxy, its clients
+// share its address.
+//
+// Reports (register and report) are refused with invalid_report when: node
+// is set and differs from the path's node; an instance's block is not a
+// block name (1-63 lowercase letters, digits and '-', alphanumeric at both
+// ends) or appears twice; a generation is negative; a state is not one of
+// installed, running, stopped, absent or empty (an instance the agent has
+// not changed yet); there are more than MaxReportInstances instances,
+// MaxReportAttempts attempt ids, MaxReportCapabilities capabilities or
+// MaxReportDataAddresses data addresses; a string is longer than
+// MaxFieldLen bytes or holds a control character; a capability, attempt id
+// or data address name is empty. received_at is set by the hub.
+//
+// Results are refused with invalid_result when attempt_id is missing, fence
+// is negative, class is not success, transient, permanent or lost (the hub
+// refuses lost with 422: it counts an attempt lost itself, at its
+// deadline), output is longer than MaxOutputLen bytes, or the instance
+// breaks the rules of a report's instance; with attempt_mismatch when
+// attempt_id differs from the path. An attempt of another node is 403
+// forbidden whatever the body: before refusing a body's content, the API
+// asks the hub whose attempt it is (Hub.AttemptNode); only 408 and 413,
+// which say nothing about the content, come first.
 //
 // # Routes
 //
 //	GET  /                      the console (HTML; polls /api/v1/summary every second)
 //	GET  /healthz               200 "ok" while the process serves
-//	GET  /readyz                200 "ok", or 503 not_ready (Hub.Ready)
+//	GET  /readyz                readiness (Hub.Readiness), see below
 //	GET  /metrics               Prometheus text format
 //	GET  /api/v1/summary        fleetwave.Summary
 //	GET  /api/v1/rollouts       [fleetwave.Rollout] (the summary's rollouts)
 //	GET  /api/v1/rollouts/{id}  {"rollout": fleetwave.Rollout, "items": [fleetwave.Item]}
+//	POST /api/v1/rollouts/{id}/{pause|resume|cancel}
+//	     operator or admin token; no body or {} -> 200 RolloutAnswer
 //	POST /api/v1/hooks/git      202 {"status": "accepted"}: fetch the config repository now;
-//	                            the body is read (and capped) but ignored
+//	                            the body (the git server's payload) is capped, read in time
+//	                            and verified, never decoded
+//
+// /readyz answers 200 when ready and 503 when not, with the state of each
+// dependency; its causes name the dependency and hold no credentials:
+//
+//	{"ready": false,
+//	 "checks": {"redis": "error: dial unix <data dir>/redis.sock: connect: connection refused",
+//	            "snapshot": "ok", "git": "ok", "leader": "follower"},
+//	 "error": {"code": "not_ready", "message": "hub not ready: redis: dial unix ...",
+//	           "details": {"failing": ["redis"]}}}
+//
+// Which checks are required is the hub's call (Readiness.Failing): the hub
+// requires Redis, and a snapshot of the leader; a git outage is reported but
+// keeps the hub ready, as it dispatches from its last good snapshot.
 //
 // Agent endpoints need "Authorization: Bearer <node token>". A missing or
 // unknown token is 401 unauthorized; a token of another node than {node} is
@@ -45,7 +121,7 @@
 //	     body fleetwave.Report (a full report) -> 204
 //
 // The node of a report is always the token's node: a body naming another
-// node is refused with 403. The attempt endpoint is the only answer that
-// carries attempt payloads (commands and rendered configs); nothing else the
-// API returns holds a payload or a secret.
+// node is refused with invalid_report. The attempt endpoint is the only
+// answer that carries attempt payloads (commands and rendered configs);
+// nothing else the API returns holds a payload or a secret.
 package api

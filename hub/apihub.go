@@ -3,8 +3,17 @@ package hub
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/api"
@@ -27,28 +36,123 @@ func (h *Hub) RegisterAgent(ctx context.Context, r fleetwave.Report) error {
 	return h.Report(ctx, r)
 }
 
-// PollAttempts long-polls the attempts queued for node.
+// PollAttempts long-polls the attempts queued for node. Credentials are
+// sealed in the configs Redis holds (see seal.go): each config is unsealed
+// for node here, so values leave the hub only in this answer to the
+// node's authenticated agent. An attempt whose config does not unseal for
+// node is not handed out but failed as permanent (refuseAttempt).
 func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
 	atts, err := h.eng.Poll(ctx, node, 16, wait)
 	if err != nil {
-		return nil, apiError(err)
+		return nil, h.apiError(ctx, err)
 	}
+	out := atts[:0]
 	for _, a := range atts {
+		config, sealed, err := h.unsealFor(node, a.Payload.Config)
+		if err != nil {
+			h.refuseAttempt(ctx, node, a, err)
+			continue
+		}
+		a.Payload.Config = config
 		h.log.Info().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).Str("rollout", a.Rollout).
-			Str("block", a.Block).Str("action", a.Action).Int64("generation", a.Generation).Int64("fence", a.Fence).Msg("attempt delivered")
+			Str("block", a.Block).Str("action", a.Action).Int64("generation", a.Generation).Int64("fence", a.Fence).
+			Int("credentials", sealed).Msg("attempt delivered")
+		out = append(out, a)
 	}
-	return atts, nil
+	return out, nil
 }
 
 // CompleteAttempt applies an attempt's result.
 func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.AttemptResult) error {
+	switch res.Class {
+	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
+	default:
+		// The engine refuses other classes before it looks the attempt up;
+		// ownership is answered first, so that a node learns nothing of
+		// another node's attempts.
+		if err := h.ownAttempt(ctx, node, res.AttemptID); err != nil {
+			return err
+		}
+		h.log.Warn().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).Msg("attempt result refused")
+		if res.Class == fleetwave.ResultLost {
+			// An agent sends lost for an attempt it was running when it
+			// stopped. The hub counts such an attempt lost itself, at its
+			// deadline (the item then waits for a report): the agent may
+			// drop its result, which a 4xx answer tells it.
+			return &api.Error{Status: http.StatusUnprocessableEntity, Code: "invalid_result",
+				Message: "class: lost is not accepted; the hub counts an attempt lost at its deadline",
+				Details: map[string]string{"field": "class"}}
+		}
+		return &api.Error{Status: http.StatusBadRequest, Code: "invalid_result",
+			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient or permanent",
+			Details: map[string]string{"field": "class"}}
+	}
 	if err := h.eng.Complete(ctx, node, res); err != nil {
 		h.log.Warn().Err(err).Str("node", node).Str("attempt", res.AttemptID).Msg("attempt result refused")
-		return apiError(err)
+		return h.apiError(ctx, err)
 	}
 	h.log.Info().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).Int("exit_code", res.ExitCode).Msg("attempt result")
 	h.kick(h.statusNow)
 	return nil
+}
+
+// AttemptNode returns the node attempt id was dispatched to. An attempt id
+// is "<item id>.<n>" and an item id "<rollout id>.<position>": the item is
+// found in its rollout. That reads the whole rollout, which is acceptable
+// because the API asks only before refusing a malformed result.
+func (h *Hub) AttemptNode(ctx context.Context, id string) (string, error) {
+	unknown := &api.Error{Status: http.StatusNotFound, Code: "unknown_attempt", Message: "no such attempt"}
+	item, n, ok := cutLastNumber(id)
+	if !ok {
+		return "", unknown
+	}
+	rollout, _, ok := cutLastNumber(item)
+	if !ok {
+		return "", unknown
+	}
+	_, items, err := h.eng.Rollout(ctx, rollout)
+	if errors.Is(err, engine.ErrNotFound) {
+		return "", unknown
+	}
+	if err != nil {
+		return "", h.apiError(ctx, err)
+	}
+	for _, it := range items {
+		if it.ID == item {
+			if n > int64(it.Attempts) {
+				return "", unknown
+			}
+			return it.Node, nil
+		}
+	}
+	return "", unknown
+}
+
+// ownAttempt answers 403 forbidden when attempt id belongs to another node
+// than node, and 404 unknown_attempt when there is no such attempt.
+func (h *Hub) ownAttempt(ctx context.Context, node, id string) error {
+	owner, err := h.AttemptNode(ctx, id)
+	if err != nil {
+		return err
+	}
+	if owner != node {
+		h.log.Warn().Str("node", node).Str("attempt", id).Msg("result for an attempt of another node")
+		return &api.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "attempt belongs to another node"}
+	}
+	return nil
+}
+
+// cutLastNumber splits "<prefix>.<n>" with n a positive decimal number.
+func cutLastNumber(id string) (prefix string, n int64, ok bool) {
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(id[i+1:], 10, 64)
+	if err != nil || n < 1 {
+		return "", 0, false
+	}
+	return id[:i], n, true
 }
 
 // Report stores a full report; observations never change desired state,
@@ -56,7 +160,7 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 	r.ReceivedAt = h.clock.Now().UTC()
 	if err := h.eng.Report(ctx, r); err != nil {
-		return apiError(err)
+		return h.apiError(ctx, err)
 	}
 	h.kick(h.reconcileNow)
 	return nil
@@ -66,15 +170,19 @@ func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 func (h *Hub) Summary(ctx context.Context) (fleetwave.Summary, error) {
 	c, err := h.eng.Counters(ctx)
 	if err != nil {
-		return fleetwave.Summary{}, err
+		return fleetwave.Summary{}, h.apiError(ctx, err)
 	}
 	rs, err := h.eng.Rollouts(ctx)
 	if err != nil {
-		return fleetwave.Summary{}, err
+		return fleetwave.Summary{}, h.apiError(ctx, err)
 	}
-	s := fleetwave.Summary{Counters: c, Sync: h.SyncState(), Rollouts: rs}
-	if snap := h.Snapshot(); snap != nil {
+	s := fleetwave.Summary{Counters: fleetwave.FleetCounters(rs), History: c, Sync: h.SyncState(), Rollouts: rs}
+	snap := h.Snapshot()
+	if snap != nil {
 		s.Nodes = len(snap.Nodes)
+	}
+	if s.Requests, err = h.requestStatuses(ctx, snap, rs); err != nil {
+		return fleetwave.Summary{}, h.apiError(ctx, err)
 	}
 	return s, nil
 }
@@ -83,7 +191,7 @@ func (h *Hub) Summary(ctx context.Context) (fleetwave.Summary, error) {
 func (h *Hub) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
 	r, items, err := h.eng.Rollout(ctx, id)
 	if err != nil {
-		return r, nil, apiError(err)
+		return r, nil, h.apiError(ctx, err)
 	}
 	return r, items, nil
 }
@@ -91,15 +199,106 @@ func (h *Hub) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []flee
 // TriggerSync asks for a fetch now (the git webhook).
 func (h *Hub) TriggerSync() { h.kick(h.syncNow) }
 
-// Ready reports whether Redis answers and a snapshot is in force.
-func (h *Hub) Ready(ctx context.Context) error {
-	if err := h.redis.client.Ping(ctx).Err(); err != nil {
+// readyPingTimeout bounds the Redis ping of a readiness check: probes
+// commonly give up after a second.
+const readyPingTimeout = 500 * time.Millisecond
+
+// Readiness checks what the hub needs to serve. Redis is required. A
+// snapshot in force is required of the leader, which dispatches from it;
+// followers serve the API and agents from Redis alone and do not sync
+// (only the leader reads the repository). Git is reported but not
+// required: while the remote is unreachable or its newest commit is
+// invalid, the leader keeps dispatching from its last good snapshot.
+func (h *Hub) Readiness(ctx context.Context) api.Readiness {
+	rd := api.Readiness{Checks: map[string]string{}}
+	fail := func(name, cause string) {
+		rd.Checks[name] = "error: " + cause
+		rd.Failing = append(rd.Failing, name)
+	}
+	pctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
+	err := h.redis.client.Ping(pctx).Err()
+	cancel()
+	switch {
+	case err == nil:
+		rd.Checks["redis"] = "ok"
+	case errors.Is(err, context.DeadlineExceeded):
+		// The client retries its dials until the timeout, which then hides
+		// why: one plain dial says (connection refused, no such socket).
+		cause := "no answer within " + readyPingTimeout.String()
+		if dialErr := h.dialRedis(ctx); dialErr != nil {
+			cause += ": " + dialErr.Error()
+		}
+		fail("redis", redactCause(cause))
+	default:
+		fail("redis", redactCause(err.Error()))
+	}
+	leader := h.currentFence() > 0
+	switch {
+	case h.Snapshot() != nil:
+		rd.Checks["snapshot"] = "ok"
+	case leader:
+		fail("snapshot", "no valid commit applied yet")
+	default:
+		rd.Checks["snapshot"] = "none (followers do not sync)"
+	}
+	st := h.SyncState()
+	switch st.Result {
+	case "ok":
+		rd.Checks["git"] = "ok"
+	case "rejected":
+		applied := "no commit"
+		if st.Applied != "" {
+			applied = short(st.Applied)
+		}
+		rd.Checks["git"] = "rejected: commit " + short(st.Commit) + " is invalid; " + applied + " stays in force"
+	case "error":
+		rd.Checks["git"] = "error: " + redactCause(st.Message)
+	default:
+		rd.Checks["git"] = "not synced yet"
+	}
+	if leader {
+		rd.Checks["leader"] = "leader"
+	} else {
+		rd.Checks["leader"] = "follower"
+	}
+	sort.Strings(rd.Failing)
+	return rd
+}
+
+// dialRedis opens and closes one connection to Redis's address, for the
+// cause of a failed readiness ping; nil when it connects or the address is
+// unknown.
+func (h *Hub) dialRedis(ctx context.Context) error {
+	c, ok := h.redis.client.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	o := c.Options()
+	dctx, cancel := context.WithTimeout(ctx, readyDialTimeout)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(dctx, o.Network, o.Addr)
+	if err != nil {
 		return err
 	}
-	if h.Snapshot() == nil {
-		return errors.New("no valid snapshot yet")
-	}
+	_ = conn.Close()
 	return nil
+}
+
+// readyDialTimeout bounds dialRedis, so a readiness check stays under a
+// second.
+const readyDialTimeout = 200 * time.Millisecond
+
+// userinfo matches the credentials of a URL ("scheme://user:secret@").
+var userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@`)
+
+// redactCause drops URL credentials from an error text for an
+// unauthenticated answer, and bounds its length.
+func redactCause(msg string) string {
+	msg = userinfo.ReplaceAllString(msg, "${1}***@")
+	if len(msg) > 300 {
+		msg = msg[:300] + "..."
+	}
+	return msg
 }
 
 // VerifyGitHook checks the webhook signature when a secret is configured.
@@ -123,16 +322,24 @@ func (h *Hub) SetRolloutState(ctx context.Context, id, action string, actor api.
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: "not_leader", Message: "this hub is not the leader; retry"}
 	}
 	if err := h.eng.SetRolloutState(ctx, fence, id, action, actor.Name); err != nil {
-		return apiError(err)
+		return h.apiError(ctx, err)
 	}
 	h.log.Info().Str("rollout", id).Str("action", action).Str("actor", actor.Name).Int64("fence", fence).Msg("rollout state changed")
 	h.kick(h.statusNow)
 	return nil
 }
 
-// apiError maps engine errors to API errors with stable codes.
-func apiError(err error) error {
+// apiError maps engine and Redis errors to API errors with stable codes;
+// it is the one place the hub maps errors for the API.
+func (h *Hub) apiError(ctx context.Context, err error) error {
+	if ctx.Err() == nil && redisUnavailable(err) {
+		h.log.Warn().Err(err).Msg("redis unreachable")
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "redis_unavailable", Message: "redis is unreachable; retry later"}
+	}
 	switch {
+	case errors.Is(err, engine.ErrInvalidResult):
+		return &api.Error{Status: http.StatusBadRequest, Code: "invalid_result", Message: "class: want success, transient or permanent",
+			Details: map[string]string{"field": "class"}}
 	case errors.Is(err, engine.ErrNotFound):
 		return &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such rollout"}
 	case errors.Is(err, engine.ErrUnknownAttempt):
@@ -145,4 +352,23 @@ func apiError(err error) error {
 		return &api.Error{Status: http.StatusConflict, Code: "stale_attempt", Message: "attempt is no longer current"}
 	}
 	return err
+}
+
+// redisUnavailable reports whether err says that Redis cannot be reached
+// or cannot serve now (as opposed to refusing a command): network errors,
+// a closed connection or client, an exhausted pool, and the server's
+// loading, read-only, master-down, cluster-down, try-again and max-clients
+// answers.
+func redisUnavailable(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
+		redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsMasterDownError(err),
+		redis.IsClusterDownError(err), redis.IsTryAgainError(err), redis.IsMaxClientsError(err):
+		return true
+	}
+	return false
 }

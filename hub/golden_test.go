@@ -169,9 +169,9 @@ func runReconcileCase(t *testing.T, v *schema.Validator, dir string) string {
 		switch op {
 		case "plan":
 			// as reconcileStep: only nodes with a full report are planned
-			reported, awaiting := splitReported(snap, obs)
-			plan := reconciler.PlanWith(reported, obs, c.Now, opts)
-			plan.Holds = append(plan.Holds, awaiting...)
+			ropts := opts
+			ropts.RequireReport = true
+			plan := reconciler.PlanWith(snap, obs, c.Now, ropts)
 			writePlan(t, &b, plan, c.Now)
 		case "schedules":
 			// as dueSchedules
@@ -404,7 +404,7 @@ func writePlan(t *testing.T, b *strings.Builder, plan reconciler.Plan, now time.
 			once(fleetwave.InstanceKey{Node: h.Node, Block: h.Block}, "hold "+h.Reason)
 		}
 	}
-	for _, spec := range plan.Rollouts {
+	for _, spec := range plan.WithItems() {
 		writeRollout(t, b, spec, now)
 	}
 	for _, name := range sortedKeys(plan.Held) {

@@ -32,9 +32,14 @@ type Hub struct {
 	cfg   Config
 	log   zerolog.Logger
 	clock clock.Clock
+	// owner is this process's name in the leader lease: the hub id and an
+	// instance of its own (engine.NewOwner), so a restarted hub never holds
+	// its previous process's lease or fence.
+	owner string
 
 	redis         *redisBackend
 	creds         *credstore.Store
+	sealer        *sealer // seals credentials into rendered configs (nil without creds)
 	eng           *engine.Engine
 	repo          *gitsync.Repo
 	validator     *schema.Validator
@@ -64,6 +69,18 @@ type Hub struct {
 	holds           []reconciler.Problem
 	problems        []reconciler.Problem
 	nextFire        map[string]time.Time
+	// seen is when this hub first saw each trigger's newest generation;
+	// quiet the triggers whose new generation waits for its
+	// quiescence_seconds, until when (reconcileStep).
+	seen  map[fleetwave.ObjectKey]genSeen
+	quiet map[string]time.Time
+	// gitRequests are the manual requests the status committed to Git
+	// records as handled, read once per leadership (gitFence): after a
+	// total loss of Redis they are what says a request already ran.
+	gitRequests map[string]fleetwave.RequestStatus
+	gitFence    int64
+	// requestsWaiting are requests not handled yet, with why.
+	requestsWaiting map[string]string
 }
 
 // Option configures a Hub.
@@ -94,6 +111,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h.clock = clock.Or(h.clock)
 	h.log = h.log.With().Str("component", "hub").Str("hub", cfg.HubID).Logger()
+	h.owner = engine.NewOwner(cfg.HubID)
 	for node, hash := range cfg.Agents.Tokens {
 		h.tokens[hash] = node
 	}
@@ -123,6 +141,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.creds, err = openCredentials(cfg); err != nil {
 		return nil, err
 	}
+	if h.sealer, err = openSealer(cfg); err != nil {
+		return nil, err
+	}
 	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
 		return nil, err
 	}
@@ -146,6 +167,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	h.server = &http.Server{
 		Handler:           api.New(h, api.WithLogger(h.log), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
 		ReadHeaderTimeout: 10 * time.Second,
+		// A backstop for headers plus body: the API sets each request's
+		// body deadline (api.DefaultBodyTimeout) and write deadline itself;
+		// no WriteTimeout, which would cut the agents' long poll (the API
+		// gives it its wait plus the write time).
+		ReadTimeout: 10*time.Second + api.DefaultBodyTimeout,
+		// Agents poll again at once; a minute and a half of silence means
+		// the client is gone.
+		IdleTimeout: 90 * time.Second,
+		// Bearer tokens and webhook signatures are short; 64 KiB is ample.
+		MaxHeaderBytes: 64 << 10,
 	}
 	if len(cfg.Agents.Tokens) == 0 {
 		h.log.Warn().Msg("no agent tokens configured: no agent can connect")
@@ -233,7 +264,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	// a last status write so that what happened is in the repository
 	h.statusStep(context.Background())
 	if fence := h.currentFence(); fence > 0 {
-		_ = h.eng.Resign(context.Background(), h.cfg.HubID, fence)
+		_ = h.eng.Resign(context.Background(), h.owner, fence)
 	}
 	h.log.Info().Msg("hub stopped")
 	select {
@@ -301,20 +332,25 @@ func (h *Hub) setFence(f int64) {
 
 func (h *Hub) leaseLoop(ctx context.Context) {
 	ttl := h.cfg.LeaseTTL.D()
+	// The lease is campaigned for, renewed and lost under this process's
+	// owner, never the bare hub id: a restart with a fixed hub id takes a
+	// new, higher fence, and a paused earlier process of the same hub id
+	// finds its lease gone at its next Renew.
+	log := h.log.With().Str("owner", h.owner).Logger()
 	for {
 		fence := h.currentFence()
 		if fence == 0 {
-			f, err := h.eng.Campaign(ctx, h.cfg.HubID, ttl)
+			f, err := h.eng.Campaign(ctx, h.owner, ttl)
 			switch {
 			case err == nil:
 				h.setFence(f)
 			case errors.Is(err, engine.ErrNotLeader):
-				h.log.Debug().Msg("another hub holds the lease")
+				log.Debug().Msg("another hub holds the lease")
 			case ctx.Err() == nil:
-				h.log.Warn().Err(err).Msg("campaign")
+				log.Warn().Err(err).Msg("campaign")
 			}
-		} else if err := h.eng.Renew(ctx, h.cfg.HubID, fence, ttl); err != nil && ctx.Err() == nil {
-			h.log.Warn().Err(err).Int64("fence", fence).Msg("renew lease")
+		} else if err := h.eng.Renew(ctx, h.owner, fence, ttl); err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Int64("fence", fence).Msg("renew lease")
 			if errors.Is(err, engine.ErrNotLeader) || errors.Is(err, engine.ErrStaleFence) {
 				h.setFence(0)
 			}

@@ -92,6 +92,10 @@ type PlannedSchedule struct {
 type PlannedLane struct {
 	Lane  string          `json:"lane"`
 	Waves [][]PlannedItem `json:"waves"`
+	// Waiting are the lane's items that would be created but wait outside
+	// the waves, with their reason (node_draining: they go on once the
+	// node is undrained).
+	Waiting []PlannedItem `json:"waiting,omitempty"`
 }
 
 // PlannedItem is one block action on one node.
@@ -110,6 +114,8 @@ type PlannedItem struct {
 	// (e.g. invalid_config with its message, cli_managed).
 	Blocked string `json:"blocked,omitempty"`
 	Skipped string `json:"skipped,omitempty"`
+	// Reason says why a waiting item waits (node_draining).
+	Reason string `json:"reason,omitempty"`
 }
 
 // PlanRequest says what to compare.
@@ -211,7 +217,7 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 		if len(items) == 0 {
 			continue
 		}
-		rep.Rollouts = append(rep.Rollouts, plannedRollout(spec, items, now))
+		rep.Rollouts = append(rep.Rollouts, plannedRollout(headSnap, spec, items, now))
 	}
 	rep.Problems = headPlan.Problems
 	for _, name := range sortedKeys(headSnap.Rollouts) {
@@ -234,7 +240,7 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 			}
 			sort.Strings(pr.Targets)
 			if len(spec.Items) > 0 {
-				rep.Rollouts = append(rep.Rollouts, plannedRollout(spec, spec.Items, now))
+				rep.Rollouts = append(rep.Rollouts, plannedRollout(headSnap, spec, spec.Items, now))
 			}
 		}
 		rep.Requests = append(rep.Requests, pr)
@@ -326,7 +332,10 @@ func objectChanges(base, head *fleetwave.Snapshot) []ObjectChange {
 	return out
 }
 
-func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now time.Time) PlannedRollout {
+// plannedRollout lays a rollout's items out in lanes and waves as the
+// engine would start them; an item whose node drains waits apart
+// (node_draining) and takes no place in a wave.
+func plannedRollout(snap *fleetwave.Snapshot, spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now time.Time) PlannedRollout {
 	pr := PlannedRollout{ID: spec.BaseID, Trigger: spec.Source.Object.Name(), Generation: spec.Source.Generation, MaxConcurrent: max(spec.MaxConcurrent, 1)}
 	lanes := map[string][]fleetwave.ItemSpec{}
 	var order []string
@@ -339,7 +348,19 @@ func plannedRollout(spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now 
 	sort.Strings(order)
 	for _, lane := range order {
 		pl := PlannedLane{Lane: lane}
-		list := lanes[lane]
+		var list []fleetwave.ItemSpec
+		for _, it := range lanes[lane] {
+			if n := snap.Nodes[it.Node]; n != nil && n.Drain && it.SkipReason == "" && it.BlockReason == "" {
+				if isConfigChange(it) {
+					pr.ConfigChange = true
+				}
+				pl.Waiting = append(pl.Waiting, PlannedItem{Node: it.Node, Block: it.Block, Action: it.Action,
+					TargetVersion: it.TargetVersion, ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality),
+					Reason: fleetwave.ReasonNodeDraining})
+				continue
+			}
+			list = append(list, it)
+		}
 		for i := 0; i < len(list); i += pr.MaxConcurrent {
 			var wave []PlannedItem
 			for _, it := range list[i:min(i+pr.MaxConcurrent, len(list))] {
@@ -468,6 +489,7 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 			for _, wv := range l.Waves {
 				n += len(wv)
 			}
+			n += len(l.Waiting)
 		}
 		fmt.Fprintf(w, "Rollout %s: trigger %s generation %d, %d item(s), max_concurrent %d\n", code(r.ID), r.Trigger, r.Generation, n, r.MaxConcurrent)
 		switch {
@@ -505,6 +527,13 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 					parts = append(parts, s+")")
 				}
 				fmt.Fprintf(w, "%slane %s wave %d: %s\n", bullet, l.Lane, i+1, strings.Join(parts, "; "))
+			}
+			for _, it := range l.Waiting {
+				s := fmt.Sprintf("%s %s@%s", it.Action, it.Block, it.Node)
+				if it.TargetVersion != "" {
+					s += " -> " + it.TargetVersion
+				}
+				fmt.Fprintf(w, "%slane %s waits (%s): %s; goes on once the node is undrained\n", bullet, l.Lane, it.Reason, s)
 			}
 		}
 		fmt.Fprintln(w)

@@ -15,7 +15,7 @@ func TestPlannedRolloutShowsWindowWaitsAndWaves(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		items = append(items, fleetwave.ItemSpec{Node: n, Block: "op", Action: "upgrade", ManagedBy: "team", Windows: []fleetwave.Window{w}, BypassWindows: n == "c"})
 	}
-	pr := plannedRollout(spec, items, time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	pr := plannedRollout(&fleetwave.Snapshot{}, spec, items, time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
 	if len(pr.Lanes) != 1 || len(pr.Lanes[0].Waves) != 2 || len(pr.Lanes[0].Waves[0]) != 2 {
 		t.Fatalf("waves = %+v", pr.Lanes)
 	}
@@ -41,7 +41,7 @@ func TestPlannedItemsShowBlockedSkippedAndConfigChanges(t *testing.T) {
 		{Node: "b", Block: "op", Action: "upgrade", TargetVersion: "2", SkipReason: "cli_managed"},
 		{Node: "c", Block: "op", Action: "start"},
 	}
-	pr := plannedRollout(spec, items, time.Now())
+	pr := plannedRollout(&fleetwave.Snapshot{}, spec, items, time.Now())
 	if pr.ConfigChange {
 		t.Fatalf("a rollout of a blocked, a skipped and a start item counts as a config change: %+v", pr)
 	}
@@ -53,7 +53,29 @@ func TestPlannedItemsShowBlockedSkippedAndConfigChanges(t *testing.T) {
 		}
 	}
 	items = append(items, fleetwave.ItemSpec{Node: "d", Block: "op", Action: "apply", ConfigHash: "abc"})
-	if pr := plannedRollout(spec, items, time.Now()); !pr.ConfigChange {
+	if pr := plannedRollout(&fleetwave.Snapshot{}, spec, items, time.Now()); !pr.ConfigChange {
 		t.Fatal("an apply with a new config hash is not a config change")
+	}
+}
+
+func TestPlannedItemsOfDrainingNodesWait(t *testing.T) {
+	snap := &fleetwave.Snapshot{Nodes: map[string]*fleetwave.Node{"a": {ID: "a"}, "b": {ID: "b", Drain: true}, "c": {ID: "c"}}}
+	spec := fleetwave.RolloutSpec{BaseID: "op-g4", MaxConcurrent: 1, Source: fleetwave.RolloutSource{Object: "trigger/op", Generation: 4}}
+	var items []fleetwave.ItemSpec
+	for _, n := range []string{"a", "b", "c"} {
+		items = append(items, fleetwave.ItemSpec{Node: n, Block: "op", Action: "upgrade", TargetVersion: "4", ManagedBy: "team"})
+	}
+	pr := plannedRollout(snap, spec, items, time.Now())
+	l := pr.Lanes[0]
+	if len(l.Waves) != 2 || l.Waves[0][0].Node != "a" || l.Waves[1][0].Node != "c" {
+		t.Fatalf("waves %+v, want a then c", l.Waves)
+	}
+	if len(l.Waiting) != 1 || l.Waiting[0].Node != "b" || l.Waiting[0].Reason != fleetwave.ReasonNodeDraining {
+		t.Fatalf("waiting %+v, want b with node_draining", l.Waiting)
+	}
+	var sb strings.Builder
+	(&PlanReport{Rollouts: []PlannedRollout{pr}}).WriteText(&sb, false)
+	if want := "lane team waits (node_draining): upgrade op@b -> 4"; !strings.Contains(sb.String(), want) {
+		t.Fatalf("text lacks %q:\n%s", want, sb.String())
 	}
 }

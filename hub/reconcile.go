@@ -5,29 +5,25 @@ import (
 	"errors"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/internal/credstore"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
 )
 
-// Hub-owned Redis keys (outside the engine's): schedule fires and handled
-// manual requests. Losing them costs at most one extra fire of each
-// schedule; manual requests are re-checked against the engine's rollouts.
-const (
-	keySchedules = "fleetwave:hub:schedules" // hash trigger -> last fire (unix ms)
-	keyManual    = "fleetwave:hub:manual"    // hash request name -> rollout id ("" = nothing to do)
-)
-
 // reconcilerOptions builds the options every plan uses: credentials for
 // templates and the check of rendered configs against config_schema.
+// Templates get credentials sealed (see seal.go): rendered configs go to
+// Redis, and only PollAttempts, answering the node's agent, puts the values
+// in. The config_schema check sees the values.
 func (h *Hub) reconcilerOptions() reconciler.Options {
 	opts := reconciler.Options{ValidateConfig: schema.ValidateConfig}
-	if h.creds != nil {
-		opts.Credential = h.creds.GetOrCreate
+	if h.creds != nil && h.sealer != nil {
+		opts.Credential = h.sealer.credential(h.creds.GetOrCreate)
+		opts.ValidateConfig = h.sealer.validateConfig(schema.ValidateConfig)
 	} else {
 		opts.Credential = func(string, string, int) (string, error) {
 			return "", errors.New("credentials are not configured: set credentials_key_file in hub.yaml")
@@ -48,8 +44,11 @@ func openCredentials(cfg Config) (*credstore.Store, error) {
 }
 
 // reconcileStep plans the snapshot in force against the observations and
-// hands the rollouts to the engine: reconciliation triggers, due schedules
-// and new manual requests.
+// hands the rollouts to the engine: reconciliation triggers (one event per
+// generation, gathered by quiescence_seconds), due schedules and new
+// manual requests. Only nodes that reported are planned (a node reporting
+// later joins its trigger's rollout); draining nodes are planned like the
+// others and the engine holds their items.
 func (h *Hub) reconcileStep(ctx context.Context) {
 	fence := h.currentFence()
 	h.mu.Lock()
@@ -68,14 +67,16 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		}
 		return
 	}
+	h.loadGitRecords(ctx, fence)
+	if _, err := h.eng.SetDrained(ctx, fence, drainedNodes(snap)); err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("set draining nodes")
+		}
+		return
+	}
 	opts := h.reconcilerOptions()
-	// Only nodes that reported can be reconciled: without an observation the
-	// action (install or upgrade, or nothing) is unknown. This also makes a
-	// hub that lost Redis wait for the agents' next reports instead of
-	// re-installing the fleet.
-	reported, awaiting := splitReported(snap, obs)
-	plan := reconciler.PlanWith(reported, obs, observedAt, opts)
-	plan.Holds = append(plan.Holds, awaiting...)
+	opts.RequireReport = true
+	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
 	h.mu.Lock()
 	known := map[reconciler.Problem]bool{}
 	for _, p := range h.problems {
@@ -91,8 +92,8 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
 		actor = info.Email
 	}
-	specs := plan.Rollouts
-	specs = append(specs, h.dueSchedules(ctx, snap, obs, observedAt, opts)...)
+	specs := h.quiescent(ctx, snap, plan.Rollouts)
+	specs = append(specs, h.dueSchedules(ctx, fence, snap, obs, observedAt, opts)...)
 	for _, spec := range specs {
 		if spec.Source.Actor == "" {
 			spec.Source.Actor = actor
@@ -106,36 +107,124 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	h.mu.Unlock()
 }
 
-func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) string {
-	id, items, err := h.eng.CreateRollout(ctx, fence, spec)
+// drainedNodes returns the ids of the snapshot's draining nodes, sorted.
+func drainedNodes(snap *fleetwave.Snapshot) []string {
+	var out []string
+	for _, id := range snap.SortedNodeIDs() {
+		if snap.Nodes[id].Drain {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, engine.CreateOutcome) {
+	id, items, outcome, err := h.eng.CreateRolloutOutcome(ctx, fence, spec)
 	if err != nil {
 		h.log.Warn().Err(err).Str("brc", spec.Source.Object.Name()).Msg("create rollout")
-		return ""
+		return "", ""
 	}
-	if id != "" {
+	if len(items) > 0 {
 		h.metrics.itemsCreated.Add(float64(len(items)))
+		msg := "rollout created"
+		if outcome == engine.OutcomeJoined {
+			msg = "items joined their rollout"
+		}
 		h.log.Info().Str("rollout", id).Int("items", len(items)).Int64("generation", spec.Source.Generation).
-			Str("commit", spec.Source.Commit).Str("source", string(spec.Source.Kind)).Int("max_concurrent", spec.MaxConcurrent).Msg("rollout created")
+			Str("commit", spec.Source.Commit).Str("source", string(spec.Source.Kind)).Int("max_concurrent", spec.MaxConcurrent).Msg(msg)
 	}
-	return id
+	return id, outcome
+}
+
+// quiescence returns a trigger's quiescence_seconds (the config's default
+// when the trigger sets none).
+func quiescence(snap *fleetwave.Snapshot, trigger string) time.Duration {
+	secs := snap.Config.QuiescenceSeconds
+	if t := snap.Triggers[trigger]; t != nil && t.QuiescenceSeconds > 0 {
+		secs = t.QuiescenceSeconds
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// genSeen is when this hub first saw a generation of a trigger.
+type genSeen struct {
+	gen int64
+	at  time.Time
+}
+
+// quiescent returns the specs whose event may start now: a generation the
+// engine already knows (its rollout exists: later nodes join it at once),
+// or one that stayed the newest for its trigger's quiescence_seconds, so
+// a burst of commits to one BRC becomes one rollout (of the last
+// generation). The others wait, with reason quiescence in status until the
+// time they may start. A hub that restarts counts the wait again from its
+// start: it may start later, never twice.
+func (h *Hub) quiescent(ctx context.Context, snap *fleetwave.Snapshot, specs []fleetwave.RolloutSpec) []fleetwave.RolloutSpec {
+	var known map[fleetwave.ObjectKey]int64
+	now := h.clock.Now()
+	out := make([]fleetwave.RolloutSpec, 0, len(specs))
+	waiting := map[string]time.Time{}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[fleetwave.ObjectKey]genSeen{}
+	}
+	for _, spec := range specs {
+		obj, gen := spec.Source.Object, spec.Source.Generation
+		q := quiescence(snap, obj.Name())
+		if q <= 0 {
+			out = append(out, spec)
+			continue
+		}
+		if known == nil {
+			h.mu.Unlock()
+			k, err := h.eng.SourceGenerations(ctx)
+			h.mu.Lock()
+			if err != nil {
+				h.log.Warn().Err(err).Msg("read known generations")
+				return out
+			}
+			known = k
+		}
+		if known[obj] >= gen {
+			out = append(out, spec)
+			continue
+		}
+		s := h.seen[obj]
+		if s.gen != gen {
+			s = genSeen{gen: gen, at: now}
+			h.seen[obj] = s
+		}
+		if until := s.at.Add(q); now.Before(until) {
+			waiting[obj.Name()] = until
+			continue
+		}
+		out = append(out, spec)
+	}
+	h.quiet = waiting
+	if len(waiting) > 0 {
+		next := time.Time{}
+		for _, t := range waiting {
+			if next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+		time.AfterFunc(max(next.Sub(now), 10*time.Millisecond), func() { h.kick(h.reconcileNow) })
+	}
+	return out
 }
 
 // dueSchedules returns the rollouts of schedule triggers whose tick came,
 // recording each fire so a tick runs once (and a tick missed while the hub
-// was down runs once at start).
-func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts reconciler.Options) []fleetwave.RolloutSpec {
-	raw, err := h.redis.client.HGetAll(ctx, keySchedules).Result()
+// was down runs once at start). A tick's rollout is a one-shot event with
+// a deterministic id, so a fire recorded late is never a second rollout.
+func (h *Hub) dueSchedules(ctx context.Context, fence int64, snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, opts reconciler.Options) []fleetwave.RolloutSpec {
+	last, err := h.eng.ScheduleFires(ctx)
 	if err != nil {
 		if ctx.Err() == nil { // not at shutdown
 			h.log.Warn().Err(err).Msg("read schedule fires")
 		}
 		return nil
-	}
-	last := map[string]time.Time{}
-	for name, v := range raw {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-			last[name] = time.UnixMilli(ms).UTC()
-		}
 	}
 	var specs []fleetwave.RolloutSpec
 	next := map[string]time.Time{}
@@ -155,7 +244,7 @@ func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fl
 			h.log.Info().Str("brc", f.Trigger).Time("tick", f.Tick).Int("items", len(spec.Items)).Msg("schedule fired")
 		}
 		if !f.Record.IsZero() {
-			if err := h.redis.client.HSet(ctx, keySchedules, f.Trigger, f.Record.UnixMilli()).Err(); err != nil {
+			if err := h.eng.RecordScheduleFire(ctx, fence, f.Trigger, f.Record); err != nil {
 				h.log.Warn().Err(err).Str("brc", f.Trigger).Msg("record schedule fire")
 			}
 		}
@@ -166,47 +255,102 @@ func (h *Hub) dueSchedules(ctx context.Context, snap *fleetwave.Snapshot, obs fl
 	return specs
 }
 
-// manualRequests creates the rollout of each rollouts/<name> request once:
-// its targets are resolved at that moment and pinned, so nodes labelled
-// later are never added. A request that can never run (no matching node)
-// is recorded with its error code.
+// manualRequests creates the rollout of each rollouts/<name> request
+// exactly once, even across a total loss of Redis:
+//   - a request is handled when the engine has its rollout or its refusal,
+//     or when the status committed to Git records it (after Redis was
+//     lost, Git is what remembers);
+//   - its targets are resolved once and pinned in its rollout (a one-shot
+//     event: one item per instance, an item whose instance is busy waits
+//     behind it with reason instance_busy), so nodes labelled later are
+//     never added;
+//   - the rollout is created held (reason claim) and dispatches nothing
+//     until a status commit holding its record landed (statusStep releases
+//     it): if Redis is lost before, nothing ran and the request is planned
+//     again; after, Git says it was handled.
+//
+// A request that can never run (no matching node, unknown brc, a version
+// that conflicts with its brc) is recorded with its error code, in status
+// and the API. In observe mode a request waits (reason observe_mode).
 func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.Snapshot, obs fleetwave.Observations, version int64, opts reconciler.Options, actor string) {
 	if len(snap.Rollouts) == 0 {
 		return
 	}
-	done, err := h.redis.client.HGetAll(ctx, keyManual).Result()
+	outcomes, err := h.eng.RequestOutcomes(ctx)
 	if err != nil {
 		if ctx.Err() == nil { // not at shutdown
-			h.log.Warn().Err(err).Msg("read manual requests")
+			h.log.Warn().Err(err).Msg("read request outcomes")
 		}
 		return
 	}
+	h.mu.Lock()
+	inGit := h.gitRequests
+	h.mu.Unlock()
+	waiting := map[string]string{}
 	for _, name := range sortedKeys(snap.Rollouts) {
-		if _, ok := done[name]; ok {
+		if _, ok := outcomes[name]; ok {
+			continue
+		}
+		if _, ok := inGit[name]; ok {
+			continue
+		}
+		id := reconciler.ManualRolloutID(name)
+		if r, err := h.eng.RolloutRecord(ctx, id); err == nil && r.Source.Object == fleetwave.Key(fleetwave.KindRollout, name) {
+			continue
+		} else if err != nil && !errors.Is(err, engine.ErrNotFound) {
+			h.log.Warn().Err(err).Str("request", name).Msg("read request rollout")
 			continue
 		}
 		req := snap.Rollouts[name]
-		spec, err := reconciler.PlanManual(snap, obs, req, opts)
+		ropts := opts
+		if t := snap.Triggers[req.BRC]; t != nil {
+			if targets, err := reconciler.ResolveTargets(snap, req); err == nil {
+				keys := make([]fleetwave.InstanceKey, len(targets))
+				for i, n := range targets {
+					keys[i] = fleetwave.InstanceKey{Node: n, Block: t.BlockName}
+				}
+				active, err := h.eng.ActiveInstances(ctx, keys)
+				if err != nil {
+					h.log.Warn().Err(err).Str("request", name).Msg("read active instances")
+					continue
+				}
+				ropts.ActiveInstance = func(k fleetwave.InstanceKey) bool { return active[k] }
+			}
+		}
+		spec, err := reconciler.PlanManual(snap, obs, req, ropts)
 		var re *reconciler.RequestError
 		if errors.As(err, &re) && re.Code == fleetwave.ReasonObserveMode {
+			waiting[name] = fleetwave.ReasonObserveMode
 			continue // try again once enforcement is on
 		}
-		outcome := ""
 		if err != nil {
-			code := "invalid_request"
+			code, msg := "invalid_request", err.Error()
 			if re != nil {
-				code = re.Code
+				code, msg = re.Code, re.Message
 			}
-			outcome = "error:" + code
-			h.log.Warn().Str("request", name).Str("code", code).Str("error", err.Error()).Msg("manual rollout refused")
-		} else {
-			spec.ObservedVersion, spec.Source.Actor = version, actor
-			outcome = h.createRollout(ctx, fence, spec)
+			if _, err := h.eng.RecordRequest(ctx, fence, name, engine.RequestOutcome{Code: code, Message: msg}); err != nil {
+				h.log.Warn().Err(err).Str("request", name).Msg("record refused request")
+				continue
+			}
+			h.log.Warn().Str("request", name).Str("code", code).Str("error", msg).Msg("manual rollout refused")
+			h.kick(h.statusNow)
+			continue
 		}
-		if err := h.redis.client.HSet(ctx, keyManual, name, outcome).Err(); err != nil {
-			h.log.Warn().Err(err).Str("request", name).Msg("record manual request")
+		spec.ObservedVersion, spec.Source.Actor = version, actor
+		spec.Hold = fleetwave.ReasonClaim
+		if id, outcome := h.createRollout(ctx, fence, spec); id == "" && outcome != "" {
+			// nothing could be created (a split group's member taken):
+			// visible, and final like any other outcome
+			if _, err := h.eng.RecordRequest(ctx, fence, name, engine.RequestOutcome{Code: "nothing_to_do",
+				Message: "no item could be created: " + string(outcome)}); err != nil {
+				h.log.Warn().Err(err).Str("request", name).Msg("record request")
+			}
 		}
+		h.kick(h.statusNow)
 	}
+	h.mu.Lock()
+	h.requestsWaiting = waiting
+	h.mu.Unlock()
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -218,16 +362,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// manualOutcomes returns the handled manual requests (name -> rollout id or
-// "error:<code>") for status.
-func (h *Hub) manualOutcomes(ctx context.Context) map[string]string {
-	m, err := h.redis.client.HGetAll(ctx, keyManual).Result()
-	if err != nil {
-		return nil
-	}
-	return m
-}
-
 // driftOf is the observe-mode view of one node, for status/nodes.
 func driftOf(entries []reconciler.DriftEntry, node string) []reconciler.DriftEntry {
 	var out []reconciler.DriftEntry
@@ -237,25 +371,4 @@ func driftOf(entries []reconciler.DriftEntry, node string) []reconciler.DriftEnt
 		}
 	}
 	return out
-}
-
-// splitReported returns a copy of snap holding only the nodes that have a
-// full report, and a hold (awaiting_report) for each other node.
-func splitReported(snap *fleetwave.Snapshot, obs fleetwave.Observations) (*fleetwave.Snapshot, []reconciler.Problem) {
-	var holds []reconciler.Problem
-	nodes := make(map[string]*fleetwave.Node, len(snap.Nodes))
-	for id, n := range snap.Nodes {
-		if obs[id] == nil {
-			holds = append(holds, reconciler.Problem{Node: id, Reason: fleetwave.ReasonAwaitingReport, Message: "no report from this node's agent yet"})
-			continue
-		}
-		nodes[id] = n
-	}
-	if len(holds) == 0 {
-		return snap, nil
-	}
-	cp := *snap
-	cp.Nodes = nodes
-	sort.Slice(holds, func(i, j int) bool { return holds[i].Node < holds[j].Node })
-	return &cp, holds
 }

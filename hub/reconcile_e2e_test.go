@@ -83,24 +83,37 @@ selector: match_labels: tier: "web"
 			"nodes/n2.cue": "kind: \"node\"\nname: \"n2\"\ndrain: true\nlabels: { tier: \"web\" }\n",
 			"brc/db.cue":   "kind: \"trigger\"\nname: \"db\"\nblock_name: \"db\"\ntarget_version: \"2\"\nmax_concurrent: 3\n",
 		}, nil, "Drain n2, db 2")
-		_, items := f.waitRollout(t, "db-g2", fleetwave.RolloutCompleted)
-		if got := itemNodes(items); got != "n1,n3" {
-			t.Fatalf("db-g2 targets %s, want n1,n3 (n2 drains)", got)
-		}
-		node := waitFile(t, remote, "status/nodes/n2.yaml", func(s string) bool { return strings.Contains(s, "node_draining") })
-		if !strings.Contains(node, "drain: true") {
-			t.Fatalf("n2 status:\n%s", node)
+		// drain changes availability, not intent: n2's item waits
+		waitUntil(t, "n1 and n3 upgraded while n2 waits with node_draining", func() bool {
+			_, items, err := f.hub.Engine().Rollout(context.Background(), "db-g2")
+			if err != nil || len(items) != 3 {
+				return false
+			}
+			for _, it := range items {
+				switch {
+				case it.Node == "n2" && (it.Status != fleetwave.ItemPending || it.Reason != fleetwave.ReasonNodeDraining):
+					return false
+				case it.Node != "n2" && it.Status != fleetwave.ItemCompleted:
+					return false
+				}
+			}
+			return true
+		})
+		waitFile(t, remote, "status/rollouts/db-g2.yaml", func(s string) bool { return strings.Contains(s, "reason: node_draining") })
+		node := waitFile(t, remote, "status/nodes/n2.yaml", func(s string) bool { return strings.Contains(s, "drain: true") })
+		if !strings.Contains(node, "node_draining") {
+			t.Fatalf("n2 status does not say what waits for it:\n%s", node)
 		}
 		if strings.Contains(runs(t, f, "n2"), "upgrade 2") {
 			t.Fatal("a draining node was upgraded")
 		}
 		gittest.Push(t, remote, map[string]string{"nodes/n2.cue": "kind: \"node\"\nname: \"n2\"\nlabels: { tier: \"web\" }\n"}, nil, "Undrain n2")
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(runs(t, f, "n2"), "upgrade 2") {
-			if time.Now().After(deadline) {
-				t.Fatalf("n2 was not upgraded after drain was lifted: %q", runs(t, f, "n2"))
-			}
-			time.Sleep(50 * time.Millisecond)
+		_, items := f.waitRollout(t, "db-g2", fleetwave.RolloutCompleted)
+		if got := itemNodes(items); got != "n1,n2,n3" {
+			t.Fatalf("db-g2 items %s, want n1,n2,n3 in one rollout", got)
+		}
+		if got := runs(t, f, "n2"); strings.Count(got, "upgrade 2") != 1 {
+			t.Fatalf("n2 ran %q after the drain was lifted, want one upgrade 2", got)
 		}
 	})
 

@@ -2,8 +2,11 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +45,236 @@ func TestManagedRedisIsRestartedWhenItDies(t *testing.T) {
 			t.Fatalf("redis-server was not restarted (pid still %d)", old)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// managedClient is a client of m as openRedis makes it: every new
+// connection checked against the server m started.
+func managedClient(t *testing.T, m *managedRedis) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: m.socket, Dialer: m.dial, OnConnect: m.checkConn})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// shortDataDir is a data dir whose socket path fits in a unix socket address.
+func shortDataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fwm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func testLogger(t *testing.T) zerolog.Logger { return zerolog.New(zerolog.NewTestWriter(t)) }
+
+// TestManagedClientReachesOnlyItsServer: the pool's connections reach the
+// server the hub started and verified; after the child is restarted they
+// reach the new one (the data kept by the AOF), and a connection to a
+// server of another run_id is refused.
+func TestManagedClientReachesOnlyItsServer(t *testing.T) {
+	ctx := context.Background()
+	m, err := startManaged(ctx, shortDataDir(t), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.stop()
+	c := managedClient(t, m)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(m.dir, pidFileName))
+	if err != nil || !strings.HasPrefix(string(b), strconv.Itoa(m.Pid())+"\n") {
+		t.Fatalf("pid file %q (%v), want pid %d first", b, err, m.Pid())
+	}
+	first := m.runID
+
+	old := m.Pid()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if pid := m.Pid(); pid != 0 && pid != old {
+			if v, err := c.Get(ctx, "k").Result(); err == nil {
+				if v != "v" {
+					t.Fatalf("k = %q after the restart, want v (AOF)", v)
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no answer from the restarted redis-server through the checked client")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.mu.Lock()
+	second := m.runID
+	m.mu.Unlock()
+	if second == "" || second == first {
+		t.Fatalf("expected run_id %q after the restart, before %q", second, first)
+	}
+
+	// Another server on the socket (as the hub sees it: another run_id).
+	m.mu.Lock()
+	m.runID = "a-server-this-hub-did-not-start"
+	m.mu.Unlock()
+	err = managedClient(t, m).Ping(ctx).Err()
+	if err == nil || !strings.Contains(err.Error(), "not the server this hub started") {
+		t.Fatalf("ping through a new connection to an unverified server: %v", err)
+	}
+	m.mu.Lock()
+	m.runID = second
+	m.mu.Unlock()
+}
+
+// startOrphan starts a redis-server on dataDir's managed socket and AOF
+// directory, as a hub that died without stopping it left it, and returns
+// it once it answers.
+func startOrphan(t *testing.T, dataDir string) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
+	dir := filepath.Join(dataDir, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found in PATH: %v", err)
+	}
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+		"--dir", dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--daemonize", "no", "--loglevel", "warning", "--logfile", filepath.Join(dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
+	defer c.Close()
+	if err := waitPing(context.Background(), c, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, exited
+}
+
+// TestStaleServerIsStoppedKeepingItsData: a redis-server left running on
+// the data dir (its hub died) is verified, stopped so that it flushes its
+// AOF, and replaced; the data survive and one server runs.
+func TestStaleServerIsStoppedKeepingItsData(t *testing.T) {
+	ctx := context.Background()
+	dataDir := shortDataDir(t)
+	orphan, exited := startOrphan(t, dataDir)
+	oc := redis.NewClient(&redis.Options{Network: "unix", Addr: filepath.Join(dataDir, "redis", "redis.sock")})
+	defer oc.Close()
+	if err := oc.Set(ctx, "kept", "yes", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := startManaged(ctx, dataDir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.stop()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the stale redis-server (pid %d) still runs", orphan.Process.Pid)
+	}
+	if s := orphan.ProcessState; s == nil || !s.Exited() || s.ExitCode() != 0 {
+		t.Fatalf("the stale redis-server ended with %v, want a clean shutdown", s)
+	}
+	if pids := processesIn(m.dir); len(pids) != 1 || pids[0] != m.Pid() {
+		t.Fatalf("processes in %s: %v, want only the new server %d", m.dir, pids, m.Pid())
+	}
+	if v, err := managedClient(t, m).Get(ctx, "kept").Result(); err != nil || v != "yes" {
+		t.Fatalf("kept = %q (%v) after the replacement, want yes", v, err)
+	}
+}
+
+// TestUnverifiedPidIsNeverSignalled: a pid file naming a process that is
+// not a redis-server of this data dir (the pid was reused) is ignored.
+func TestUnverifiedPidIsNeverSignalled(t *testing.T) {
+	ctx := context.Background()
+	dataDir := shortDataDir(t)
+	other := exec.Command("sleep", "300")
+	other.Dir = dataDir
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = other.Wait(); close(exited) }()
+	defer func() { _ = other.Process.Kill(); <-exited }()
+	if err := os.MkdirAll(filepath.Join(dataDir, "redis"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "redis", pidFileName), fmt.Appendf(nil, "%d\nold-run\n", other.Process.Pid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := startManaged(ctx, dataDir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stop()
+	select {
+	case <-exited:
+		t.Fatalf("the process named by a stale pid file was signalled: %v", other.ProcessState)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestDataDirTakesOneHub: a second managed Redis on a data dir in use is
+// refused, naming the holder; the dir is free again once the first stops.
+func TestDataDirTakesOneHub(t *testing.T) {
+	ctx := context.Background()
+	dataDir := shortDataDir(t)
+	m, err := startManaged(ctx, dataDir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("data dir %s is in use by another fleetwave hub (pid %d); one hub per data dir", dataDir, os.Getpid())
+	if _, err := startManaged(ctx, dataDir, testLogger(t)); err == nil || err.Error() != want {
+		t.Fatalf("second start: %v, want %q", err, want)
+	}
+	if _, err := openRedis(ctx, "embedded", dataDir, testLogger(t)); err == nil || err.Error() != want {
+		t.Fatalf("embedded on the same data dir: %v, want %q", err, want)
+	}
+	m.stop()
+	m2, err := startManaged(ctx, dataDir, testLogger(t))
+	if err != nil {
+		t.Fatalf("start after the first stopped: %v", err)
+	}
+	m2.stop()
+}
+
+// TestLongDataDirSocketIsStable: a data dir too deep for a socket path gets
+// a short socket directory named after it, the same at every start, so a
+// later hub finds the socket of a server left behind.
+func TestLongDataDirSocketIsStable(t *testing.T) {
+	ctx := context.Background()
+	dataDir := filepath.Join(shortDataDir(t), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	m, err := startManaged(ctx, dataDir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := m.socket
+	if len(sock) > 100 || m.socketDir == "" {
+		t.Fatalf("socket %s", sock)
+	}
+	m.stop()
+	if _, err := os.Stat(m.socketDir); !os.IsNotExist(err) {
+		t.Fatalf("socket dir left after stop: %v", err)
+	}
+	m2, err := startManaged(ctx, dataDir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.stop()
+	if m2.socket != sock {
+		t.Fatalf("socket %s, then %s", sock, m2.socket)
 	}
 }
 

@@ -37,6 +37,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 	if unchanged {
 		return
 	}
+	// what Git says was handled must be known before this write, which
+	// could otherwise drop it after Redis lost its data
+	h.loadGitRecords(ctx, fence)
 	// The outbox names the rollouts whose items changed since the last
 	// write; they are acknowledged once the commit carrying them landed.
 	events, err := h.eng.ReadOutbox(ctx, maxOutboxBatch)
@@ -87,6 +90,24 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, id := range b.finished {
 		h.rolloutsWritten[id] = true // a landed commit holds its final document
 	}
+	// the handled requests this commit holds are in Git now: remembered
+	// even if Redis loses them
+	h.mu.Lock()
+	for name, r := range b.requests {
+		if r.Handled() {
+			if h.gitRequests == nil {
+				h.gitRequests = map[string]fleetwave.RequestStatus{}
+			}
+			h.gitRequests[name] = r
+		}
+	}
+	h.mu.Unlock()
+	// a claimed request's record is in Git now: its rollout may run
+	for _, id := range b.held {
+		if _, err := h.eng.Release(ctx, fence, id, fleetwave.ReasonClaim); err != nil {
+			h.log.Warn().Err(err).Str("rollout", id).Msg("release claimed rollout")
+		}
+	}
 	if len(events) > 0 {
 		ids := make([]string, len(events))
 		for i, ev := range events {
@@ -117,6 +138,11 @@ type statusBatch struct {
 	files                        map[string][]byte
 	subject, rollout, generation string
 	finished                     []string
+	// held are the rollouts held for their claim whose record this batch
+	// commits: released once it landed.
+	held []string
+	// requests is the "requests" section the batch commits.
+	requests map[string]fleetwave.RequestStatus
 }
 
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
@@ -128,9 +154,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	var (
 		files                          = map[string][]byte{}
 		subject, rolloutID, generation string
-		finished                       []string
+		finished, claimed              []string
 	)
-	counters, err := h.eng.Counters(ctx)
+	history, err := h.eng.Counters(ctx)
 	if err != nil {
 		return statusBatch{}, err
 	}
@@ -155,6 +181,16 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		Counters fleetwave.Counters `json:"counters"`
 	}
 	var lines []rolloutLine
+	// the items that wait on each node (pending, ambiguous), with why
+	type waitingItem struct {
+		Rollout string `json:"rollout"`
+		Item    string `json:"item"`
+		Block   string `json:"block"`
+		Action  string `json:"action"`
+		Status  string `json:"status"`
+		Reason  string `json:"reason,omitempty"`
+	}
+	waitingByNode := map[string][]waitingItem{}
 	subject = "status: summary"
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
@@ -164,13 +200,22 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
 			newest = &rollouts[i]
 		}
-		done := r.Status == fleetwave.RolloutCompleted || r.Status == fleetwave.RolloutCancelled
+		if r.Hold == fleetwave.ReasonClaim {
+			claimed = append(claimed, r.ID)
+		}
+		done := r.Status.Finished()
 		if done && h.rolloutsWritten[r.ID] && !changed[r.ID] {
 			continue // its final document is committed: the file stays as it is
 		}
 		_, items, err := h.eng.Rollout(ctx, r.ID)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("rollout %s: %w", r.ID, err)
+		}
+		for _, it := range items {
+			if it.Status == fleetwave.ItemPending || it.Status == fleetwave.ItemAmbiguous {
+				waitingByNode[it.Node] = append(waitingByNode[it.Node], waitingItem{Rollout: r.ID, Item: it.ID, Block: it.Block,
+					Action: it.Action, Status: string(it.Status), Reason: it.Reason})
+			}
 		}
 		doc, err := rolloutStatus(r, items)
 		if err != nil {
@@ -211,7 +256,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		return statusBatch{}, err
 	}
 	summary := map[string]any{
-		"counters": counters,
+		"counters": fleetwave.FleetCounters(rollouts),
+		"history":  history,
 		"lanes":    lanes,
 		"sync":     syncDoc,
 		"rollouts": lines,
@@ -233,8 +279,22 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 		summary["schedules"] = schedules
 	}
-	if m := h.manualOutcomes(ctx); len(m) > 0 {
-		summary["manual_requests"] = m
+	requests, err := h.requestStatuses(ctx, snap, rollouts)
+	if err != nil {
+		return statusBatch{}, err
+	}
+	if len(requests) > 0 {
+		summary["requests"] = requests
+	}
+	h.mu.Lock()
+	quiet := h.quiet
+	h.mu.Unlock()
+	if len(quiet) > 0 {
+		waits := map[string]any{}
+		for name, until := range quiet {
+			waits[name] = map[string]any{"reason": fleetwave.ReasonQuiescence, "until": until.UTC()}
+		}
+		summary["waiting"] = waits
 	}
 	if len(holds) > 0 || len(problems) > 0 {
 		byReason := map[string]int{}
@@ -303,6 +363,10 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		if d := driftOf(drift, node); len(d) > 0 {
 			ns["drift"] = d
 		}
+		if w := waitingByNode[node]; len(w) > 0 {
+			sort.Slice(w, func(i, j int) bool { return w[i].Item < w[j].Item })
+			ns["waiting"] = w
+		}
 		if hl := heldByNode[node]; len(hl) > 0 {
 			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].Trigger < hl[j].Block+hl[j].Trigger })
 			ns["held"] = hl
@@ -313,7 +377,95 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 		files["status/nodes/"+node+".yaml"] = doc
 	}
-	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished}, nil
+	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests}, nil
+}
+
+// requestStatuses builds the "requests" section: every request the engine
+// handled, every one Git says was handled (kept as committed when the
+// engine no longer knows it), and the requests of the snapshot not handled
+// yet.
+func (h *Hub) requestStatuses(ctx context.Context, snap *fleetwave.Snapshot, rollouts []fleetwave.Rollout) (map[string]fleetwave.RequestStatus, error) {
+	out := map[string]fleetwave.RequestStatus{}
+	h.mu.Lock()
+	for name, r := range h.gitRequests {
+		out[name] = r
+	}
+	waiting := h.requestsWaiting
+	h.mu.Unlock()
+	outcomes, err := h.eng.RequestOutcomes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for name, o := range outcomes {
+		out[name] = fleetwave.RequestStatus{State: fleetwave.RequestRefused, Code: o.Code, Message: o.Message}
+	}
+	for _, r := range rollouts {
+		if r.Source.Object.Kind() != fleetwave.KindRollout {
+			continue
+		}
+		st := fleetwave.RequestStatus{Rollout: r.ID, State: string(r.Status)}
+		if r.Hold == fleetwave.ReasonClaim {
+			st.State = fleetwave.RequestClaimed
+		}
+		out[r.Source.Object.Name()] = st
+	}
+	if snap != nil {
+		for name := range snap.Rollouts {
+			if _, ok := out[name]; ok {
+				continue
+			}
+			code := waiting[name]
+			if code == "" {
+				code = "not_planned_yet"
+			}
+			out[name] = fleetwave.RequestStatus{State: fleetwave.RequestWaiting, Code: code}
+		}
+	}
+	return out, nil
+}
+
+// loadGitRecords reads, once per leadership (fence), the manual requests
+// the status committed to Git records as handled: after Redis lost its
+// data, they are what keeps a request from running again.
+func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
+	h.mu.Lock()
+	done := h.gitFence == fence
+	h.mu.Unlock()
+	if done {
+		return
+	}
+	tip, err := h.repo.StatusTip(ctx)
+	if err != nil {
+		h.log.Warn().Err(err).Msg("read status branch; requests known only from redis")
+		return
+	}
+	handled := map[string]fleetwave.RequestStatus{}
+	if tip != "" {
+		status, err := h.repo.StatusFiles(ctx, tip)
+		if err != nil {
+			h.log.Warn().Err(err).Msg("read status files; requests known only from redis")
+			return
+		}
+		if data, ok := status["status/summary.yaml"]; ok {
+			var doc struct {
+				Requests map[string]fleetwave.RequestStatus `yaml:"requests"`
+			}
+			if err := yaml.Unmarshal(data, &doc); err != nil {
+				h.log.Warn().Err(err).Msg("status/summary.yaml unreadable; requests known only from redis")
+			}
+			for name, r := range doc.Requests {
+				if r.Handled() {
+					handled[name] = r
+				}
+			}
+		}
+	}
+	h.mu.Lock()
+	h.gitRequests, h.gitFence = handled, fence
+	h.mu.Unlock()
+	if len(handled) > 0 {
+		h.log.Info().Int("requests", len(handled)).Int64("fence", fence).Msg("handled requests read from status")
+	}
 }
 
 func short(c string) string {

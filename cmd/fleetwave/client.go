@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -131,16 +132,36 @@ func statusCmd(stdout io.Writer) *cobra.Command {
 				for _, e := range s.Sync.Errors {
 					fmt.Fprintf(w, "\t%s\n", e.Error())
 				}
-				fmt.Fprintf(w, "\nTOTAL\tDONE\tIN PROGRESS\tPENDING\tFAILED\tSKIPPED\n%s\n", countersLine(s.Counters))
+				fmt.Fprintf(w, "\nFLEET NOW\tTOTAL\tDONE\tIN PROGRESS\tPENDING\tFAILED\tSKIPPED\n\t%s\n", countersLine(s.Counters))
+				fmt.Fprintf(w, "history\t%s\n", countersLine(s.History))
 				if len(s.Rollouts) > 0 {
 					fmt.Fprintln(w)
 					rolloutTable(w, s.Rollouts)
+				}
+				if len(s.Requests) > 0 {
+					fmt.Fprintln(w, "\nREQUEST\tSTATE\tROLLOUT\tCODE\tMESSAGE")
+					names := make([]string, 0, len(s.Requests))
+					for name := range s.Requests {
+						names = append(names, name)
+					}
+					sort.Strings(names)
+					for _, name := range names {
+						r := s.Requests[name]
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", name, r.State, dash(r.Rollout), dash(r.Code), dash(r.Message))
+					}
 				}
 			})
 		},
 	}
 	f.add(cmd)
 	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func short(h string) string {
