@@ -64,7 +64,8 @@
 //	r:<id>:history         list of operator actions (JSON: action, actor, at, from, to)
 //	wsets                  hash window set id -> its windows (JSON; content-addressed)
 //	i:<item>               hash: the item (no payload) and its last attempt (a_fence, a_state, a_exit)
-//	ip:<item>              the item's attempt template: fields and payload (command, rendered config), until the item ends
+//	ip:<item>              the item's attempt template: fields and payload (command, rendered config with
+//	                       credentials sealed by the hub), until the item ends
 //	q:<node>               list of the attempts queued for the node, each "<attempt id>\n<fence>\n<deadline>\n<template>"
 //	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
