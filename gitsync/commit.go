@@ -203,7 +203,7 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		select {
 		case <-ctx.Done():
 			return StatusResult{}, ctx.Err()
-		case <-r.opts.clock.After(wait):
+		case <-time.After(wait): // a network retry delay: real time, whatever clock stamps the commits
 		}
 	}
 }
@@ -263,12 +263,15 @@ func (r *Repo) restoreForeignEdits(ctx context.Context, tip *object.Commit, edit
 }
 
 // lastOwnCommit returns the newest first-parent ancestor of tip (tip
-// included) made by the configured identity, nil if none is near.
+// included) made by the configured identity that changed status/, nil if
+// none is near. The hub's commits of people-facing files (CommitFiles)
+// never change status/ and are passed over: status/ at one of them may
+// hold someone else's edit.
 func (r *Repo) lastOwnCommit(tip *object.Commit) *object.Commit {
 	c := tip
 	for range ownCommitSearch {
 		if c.Committer.Email == r.opts.authorEmail && c.Committer.Name == r.opts.authorName &&
-			c.Author.Email == r.opts.authorEmail {
+			c.Author.Email == r.opts.authorEmail && r.changesStatus(c) {
 			return c
 		}
 		if len(c.ParentHashes) == 0 {

@@ -1,5 +1,6 @@
-// Package gitsync follows the tracked branch of the config repository and is
-// the only writer of status commits.
+// Package gitsync follows the tracked branch of the config repository, is
+// the only writer of status commits, and commits the files the hub writes
+// on behalf of API callers.
 //
 // # Mirror
 //
@@ -23,7 +24,8 @@
 // submodules, files over the size limit and entry names that could leave
 // the repository, reporting each as a fleetwave.FileError so the hub rejects
 // the commit with a clear message instead of failing the sync. Paths passed
-// in by callers (CommitStatus) must be clean, relative and under status/.
+// in by callers must be clean and relative: under status/ for CommitStatus,
+// outside it for CommitFiles.
 //
 // # Generations
 //
@@ -94,6 +96,43 @@
 // merges all but the largest into one pack of whole objects (compact; no
 // git binary needed, nothing pruned, every object readable at every
 // instant).
+//
+// # Writes to the tracked branch
+//
+// CommitFiles is the second write path: people-facing files (an approval,
+// a node's labels, a rollout) that the hub commits to the tracked branch
+// for an API caller, so that every write through the API is a commit in
+// the config repository. The commit is authored and committed by the
+// configured identity; the caller is recorded in a Fleetwave-Actor
+// trailer (other trailers, e.g. Fleetwave-Reason, follow it, formatted as
+// StatusMessage formats status commits). Paths are refused before
+// anything is fetched when they could leave the repository, lie under
+// status/, name git's own files (.git, .gitmodules, .gitattributes and
+// their NTFS and HFS+ aliases) or nest inside one another; files over the
+// size limit come back as an InvalidWriteError.
+//
+// Each attempt builds on the freshly fetched tip, as status commits do.
+// The caller's Expect sees the current content of the touched paths there
+// and may refuse (PreconditionError: "the approval must not exist yet",
+// "the labels are still what the console showed"); a touched path that is
+// a directory, a symbolic link or a submodule, or lies under a file, is
+// refused the same way. The caller's Validate sees every file of the new
+// tree, exactly as Files would return them, so the hub validates the
+// whole result with its schema before anything is pushed
+// (InvalidWriteError carrying the fleetwave.FileErrors). Both callbacks
+// run outside the Repo's lock. The push is the same compare-and-swap on
+// the tip; a lost race fetches, re-applies the same edits on the new tip,
+// calls Expect again, and Validate again unless only status/ moved, and
+// retries with backoff. It never force-pushes, so a person's commit, a
+// status commit and a write never lose one another. A write that changes
+// nothing makes no commit. A remote that cannot be reached fails with
+// ErrRemoteUnavailable and nothing changes. CommitFiles calls are queued
+// one at a time, so a hub's writes never race each other.
+//
+// These commits carry the hub's identity but never touch status/: the
+// status writer passes over them when it looks for its own previous
+// status commit (a commit of the hub's that changed status/), so a
+// person's edit under status/ is still set back.
 //
 // # Following changes
 //

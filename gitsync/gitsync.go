@@ -82,14 +82,15 @@ func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = clock
 // keyed by its path without extension, with its raw bytes as content.
 func WithNormalizer(n Normalizer) Option { return func(o *options) { o.norm = n } }
 
-// WithAuthor sets the author and committer of status commits (default
-// "fleetwave <fleetwave@localhost>").
+// WithAuthor sets the author and committer of the hub's commits, status
+// commits and CommitFiles writes (default "fleetwave <fleetwave@localhost>").
 func WithAuthor(name, email string) Option {
 	return func(o *options) { o.authorName, o.authorEmail = name, email }
 }
 
-// WithMaxFileSize sets the size above which Files refuses a file (default
-// DefaultMaxFileSize). Values <= 0 keep the default.
+// WithMaxFileSize sets the size above which Files refuses a file and
+// CommitFiles refuses to write one (default DefaultMaxFileSize). Values
+// <= 0 keep the default.
 func WithMaxFileSize(n int64) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -98,8 +99,9 @@ func WithMaxFileSize(n int64) Option {
 	}
 }
 
-// WithPushRetries sets how many times CommitStatus builds and pushes its
-// commit before giving up on races with other pushers (default 5, minimum 1).
+// WithPushRetries sets how many times CommitStatus and CommitFiles build
+// and push their commit before giving up on races with other pushers
+// (default 5, minimum 1).
 func WithPushRetries(n int) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -136,9 +138,9 @@ func (e *BranchNotFoundError) Error() string {
 	return fmt.Sprintf("branch %q not found in %s", e.Branch, e.URL)
 }
 
-// ErrPushRaces is returned by CommitStatus when every attempt lost a race
-// against another pusher.
-var ErrPushRaces = errors.New("status push lost every race with other pushers")
+// ErrPushRaces is returned by CommitStatus and CommitFiles when every
+// attempt lost a race against another pusher.
+var ErrPushRaces = errors.New("push lost every race with other pushers")
 
 // ErrStaleFence is returned by CommitStatus when the commit's
 // Fleetwave-Fence trailer is below the newest one already on the branch: a
@@ -163,8 +165,14 @@ type Repo struct {
 	lastHead plumbing.Hash
 	gens     *genCache
 
-	// beforePush, if set, runs between building a status commit and pushing
-	// it (tests use it to inject a competing push).
+	// writes queues CommitFiles calls (held across a whole write, its
+	// callbacks and backoff included; mu only around git work), so the
+	// hub's own writes never race one another.
+	writes writeQueue
+
+	// beforePush, if set, runs between building a status commit (or a
+	// CommitFiles write) and pushing it (tests use it to inject a
+	// competing push).
 	beforePush func(attempt int)
 	// afterAdvertise, if set, runs between the remote's advertisement of
 	// its refs and the push's update of one (tests use it to make the

@@ -10,6 +10,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/fleetwave/fleetwave"
 )
@@ -54,14 +55,20 @@ func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []f
 	if err != nil {
 		return nil, nil, err
 	}
+	return r.treeFiles(ctx, r.repo.Storer, c.TreeHash)
+}
+
+// treeFiles is Files for a root tree read from s (the mirror, or an
+// overlay holding a commit not written yet); the caller holds mu.
+func (r *Repo) treeFiles(ctx context.Context, s storer.EncodedObjectStorer, tree plumbing.Hash) (map[string][]byte, []fleetwave.FileError, error) {
 	files := map[string][]byte{}
 	var refused []fleetwave.FileError
-	err = r.walkFiles(ctx, c.TreeHash, "", func(p string, e object.TreeEntry) error {
-		if fe, ok := r.refuse(p, e); !ok {
+	err := r.walkFiles(ctx, s, tree, "", func(p string, e object.TreeEntry) error {
+		if fe, ok := r.refuse(s, p, e); !ok {
 			refused = append(refused, fe)
 			return nil
 		}
-		data, err := readBlob(r, e.Hash)
+		data, err := readBlobFrom(s, e.Hash, r.opts.maxFileSize)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
@@ -77,7 +84,7 @@ func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []f
 
 // refuse checks a non-directory entry: ok is false (with the reason) for
 // anything but a regular file within the size limit.
-func (r *Repo) refuse(p string, e object.TreeEntry) (fleetwave.FileError, bool) {
+func (r *Repo) refuse(s storer.EncodedObjectStorer, p string, e object.TreeEntry) (fleetwave.FileError, bool) {
 	switch e.Mode {
 	case filemode.Regular, filemode.Executable, filemode.Deprecated:
 	case filemode.Symlink:
@@ -87,7 +94,7 @@ func (r *Repo) refuse(p string, e object.TreeEntry) (fleetwave.FileError, bool) 
 	default:
 		return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("unsupported file mode %s", e.Mode)}, false
 	}
-	size, err := r.repo.Storer.EncodedObjectSize(e.Hash)
+	size, err := s.EncodedObjectSize(e.Hash)
 	if err != nil {
 		return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("unreadable blob: %v", err)}, false
 	}
@@ -98,7 +105,12 @@ func (r *Repo) refuse(p string, e object.TreeEntry) (fleetwave.FileError, bool) 
 }
 
 func readBlob(r *Repo, h plumbing.Hash) ([]byte, error) {
-	b, err := object.GetBlob(r.repo.Storer, h)
+	return readBlobFrom(r.repo.Storer, h, r.opts.maxFileSize)
+}
+
+// readBlobFrom reads the blob h from s, at most limit+1 bytes.
+func readBlobFrom(s storer.EncodedObjectStorer, h plumbing.Hash, limit int64) ([]byte, error) {
+	b, err := object.GetBlob(s, h)
 	if err != nil {
 		return nil, err
 	}
@@ -107,16 +119,16 @@ func readBlob(r *Repo, h plumbing.Hash) ([]byte, error) {
 		return nil, err
 	}
 	defer rd.Close()
-	return io.ReadAll(io.LimitReader(rd, r.opts.maxFileSize+1))
+	return io.ReadAll(io.LimitReader(rd, limit+1))
 }
 
 // walkFiles calls fn for every non-directory entry under tree outside
 // status/, and bad for entries whose name could leave the repository.
-func (r *Repo) walkFiles(ctx context.Context, tree plumbing.Hash, prefix string, fn func(string, object.TreeEntry) error, bad func(p, msg string)) error {
+func (r *Repo) walkFiles(ctx context.Context, s storer.EncodedObjectStorer, tree plumbing.Hash, prefix string, fn func(string, object.TreeEntry) error, bad func(p, msg string)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t, err := object.GetTree(r.repo.Storer, tree)
+	t, err := object.GetTree(s, tree)
 	if err != nil {
 		return fmt.Errorf("tree %s: %w", tree, err)
 	}
@@ -130,7 +142,7 @@ func (r *Repo) walkFiles(ctx context.Context, tree plumbing.Hash, prefix string,
 			continue
 		}
 		if e.Mode == filemode.Dir {
-			if err := r.walkFiles(ctx, e.Hash, p+"/", fn, bad); err != nil {
+			if err := r.walkFiles(ctx, s, e.Hash, p+"/", fn, bad); err != nil {
 				return err
 			}
 			continue
