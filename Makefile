@@ -6,7 +6,7 @@ LDFLAGS   := -X github.com/fleetwave/fleetwave.Version=$(VERSION)
 # tests never read the developer's git configuration
 GITENV    := GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
 
-.PHONY: all build test test-short demo bench vet fmt verify check clean
+.PHONY: all build test test-short chaos demo bench vet fmt verify check clean
 
 all: build
 
@@ -19,6 +19,14 @@ test:
 
 test-short:
 	$(GITENV) $(GO) test -count=1 ./...
+
+## chaos: the long chaos suite: every scenario (real hubs, redis-server, agents and git under
+## injected faults) CHAOS_RUNS times, then the report; `make test` runs its short mix
+## (./internal/chaos, the default there). Reproduce a plan with CHAOS_ARGS=-chaos.seed=N
+CHAOS_RUNS ?= 3
+chaos:
+	$(GITENV) $(GO) test -count=1 -timeout 60m -run TestChaos -v ./internal/chaos/ \
+		-args -chaos.long -chaos.runs=$(CHAOS_RUNS) $(CHAOS_ARGS)
 
 ## demo: a whole fleet on this machine (embedded Redis, hub, 12 agents, console on :8080)
 demo: build
@@ -48,3 +56,16 @@ check: verify
 
 clean:
 	rm -rf bin
+
+## fuzz: every fuzz target of the module, one at a time, for FUZZTIME each (default 60s), with a table
+## of executions per target; failing inputs are saved under <pkg>/testdata/fuzz/ (scripts/fuzz.sh).
+## The short run CI does needs no target of its own: `go test` (make test, make test-short) runs every
+## committed seed corpus entry (<pkg>/testdata/fuzz/<Target>/ and the f.Add seeds) as a plain test.
+.PHONY: fuzz fuzz-short
+FUZZTIME ?= 60s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
+
+## fuzz-short: every fuzz target for 5s, a smoke check that each one starts and fuzzes
+fuzz-short:
+	FUZZTIME=5s GO=$(GO) ./scripts/fuzz.sh
