@@ -338,16 +338,20 @@ type RolloutRequest struct {
 	BatchSize     int       `json:"batch_size,omitempty"`
 }
 
-// ApprovalRequest pins a config version, the resolved nodes and a batch size.
+// ApprovalRequest is an approvals/<id> file: a config version of a BRC,
+// nodes or a selector, a batch size, and later the decision. RequestedBy
+// and DecidedBy, typed in the file, are never trusted: the hub takes the
+// identities from the commits' verified signatures.
 type ApprovalRequest struct {
-	Name          string   `json:"name"`
-	BRC           string   `json:"brc"`
-	TargetVersion string   `json:"target_version"`
-	Nodes         []string `json:"nodes,omitempty"`
-	BatchSize     int      `json:"batch_size,omitempty"`
-	RequestedBy   string   `json:"requested_by,omitempty"`
-	Decision      string   `json:"decision,omitempty"` // "", approved, rejected
-	DecidedBy     string   `json:"decided_by,omitempty"`
+	Name          string    `json:"name"`
+	BRC           string    `json:"brc"`
+	TargetVersion string    `json:"target_version"`
+	Nodes         []string  `json:"nodes,omitempty"`
+	Selector      *Selector `json:"selector,omitempty"`
+	BatchSize     int       `json:"batch_size,omitempty"`
+	RequestedBy   string    `json:"requested_by,omitempty"`
+	Decision      string    `json:"decision,omitempty"` // "", approved, rejected
+	DecidedBy     string    `json:"decided_by,omitempty"`
 }
 
 // Object is one decoded, validated object of a snapshot with where it came from.

@@ -74,6 +74,8 @@ type Hub interface {
 	AuthenticateUser(token string) (Identity, bool)
 	// SetRolloutState pauses, resumes or cancels a rollout for actor.
 	SetRolloutState(ctx context.Context, id, action string, actor Identity) error
+	// ApprovalHub: approval requests (submit, decide, list, get).
+	ApprovalHub
 }
 
 // Readiness is the state of the hub's dependencies, as GET /readyz answers
@@ -275,6 +277,7 @@ func New(h Hub, opts ...Option) http.Handler {
 	mux.HandleFunc("GET /api/v1/agent/nodes/{node}/attempts", s.agent(s.poll))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result", s.agent(s.result))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/report", s.agent(s.report))
+	s.approvalRoutes(mux)
 	mux.HandleFunc("/api/", s.notFound)
 	s.mux = mux
 	return s

@@ -149,6 +149,28 @@ func (f *fakeHub) SetRolloutState(_ context.Context, id, action string, actor ap
 	return nil
 }
 
+func (f *fakeHub) SubmitApproval(_ context.Context, actor api.Identity, sub api.ApprovalSubmission) (fleetwave.Approval, error) {
+	f.record("submit " + sub.BRC + " by " + actor.Name)
+	return fleetwave.Approval{ID: "req-1", BRC: sub.BRC, TargetVersion: sub.TargetVersion, State: fleetwave.ApprovalPending, SubmittedBy: actor.Name}, nil
+}
+
+func (f *fakeHub) DecideApproval(_ context.Context, actor api.Identity, id string, decision fleetwave.ApprovalState) (fleetwave.Approval, error) {
+	f.record(string(decision) + " " + id + " by " + actor.Name)
+	if id == "missing" {
+		return fleetwave.Approval{}, &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no approval missing"}
+	}
+	return fleetwave.Approval{ID: id, State: decision, DecidedBy: actor.Name}, nil
+}
+
+func (f *fakeHub) Approvals(context.Context) ([]fleetwave.Approval, error) { return nil, nil }
+
+func (f *fakeHub) Approval(_ context.Context, id string) (fleetwave.Approval, error) {
+	if id == "missing" {
+		return fleetwave.Approval{}, api.ErrNotFound
+	}
+	return fleetwave.Approval{ID: id}, nil
+}
+
 func (f *fakeHub) TriggerSync() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -152,7 +152,7 @@ var luaFS embed.FS
 // scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua).
 var scriptNames = []string{
 	"campaign", "renew", "resign", "create_rollout", "step", "complete", "report", "set_state",
-	"ack_outbox", "undeliver", "set_drain", "release", "record",
+	"ack_outbox", "undeliver", "set_drain", "release", "record", "approval",
 }
 
 // waveScripts are the scripts that start waves: lua/wave.lua follows

@@ -11,7 +11,54 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fleetwave/fleetwave/gitsync"
 )
+
+// Approval scopes (approval.scope).
+const (
+	ApprovalScopeConfig = "config"
+	ApprovalScopeAll    = "all"
+)
+
+// signerKey turns a configured key into what gitsync verifies with: an
+// allowed_signers line's leading principal (and options) are dropped, the
+// key type, data and comment kept; an armored OpenPGP block is kept as is.
+func signerKey(k string) string {
+	k = strings.TrimSpace(k)
+	if strings.HasPrefix(k, "-----BEGIN") {
+		return k
+	}
+	f := strings.Fields(k)
+	for i, w := range f {
+		if strings.HasPrefix(w, "ssh-") || strings.HasPrefix(w, "ecdsa-") || strings.HasPrefix(w, "sk-") {
+			return strings.Join(f[i:], " ")
+		}
+	}
+	return k
+}
+
+// SignerKeys returns the commit signing keys of the identities, keyed
+// "name" (first key) or "name#n" (the n-th): IdentityOfSigner maps back.
+func (c *Config) SignerKeys() gitsync.SignerKeys {
+	out := gitsync.SignerKeys{}
+	for _, id := range c.Identities {
+		for j, k := range id.Keys {
+			name := id.Name
+			if j > 0 {
+				name = fmt.Sprintf("%s#%d", id.Name, j+1)
+			}
+			out[name] = signerKey(k)
+		}
+	}
+	return out
+}
+
+// IdentityOfSigner returns the identity name of a SignerKeys key.
+func IdentityOfSigner(key string) string {
+	name, _, _ := strings.Cut(key, "#")
+	return name
+}
 
 // Config is the hub configuration (hub.yaml). Policy and identities live
 // here, not in the config repository.
@@ -46,6 +93,29 @@ type Config struct {
 	// WebhookSecretFile holds the secret POST /api/v1/hooks/git payloads are
 	// signed with (GitHub, GitLab or generic HMAC); unset = hooks unsigned.
 	WebhookSecretFile string `yaml:"webhook_secret_file"`
+	// Approval is the two-person policy of config rollouts.
+	Approval ApprovalConfig `yaml:"approval"`
+}
+
+// ApprovalConfig is the approval policy. It lives in hub.yaml, not in the
+// repository, which the people it controls can edit.
+type ApprovalConfig struct {
+	// Required gates every path that creates a config rollout (a BRC change
+	// raising a generation, a manual request that applies config, a
+	// rollback to a version not applied everywhere): the rollout is created
+	// only by an approved request.
+	Required bool `yaml:"required"`
+	// TTL bounds how long a request waits for its decision, counted on the
+	// hub's clock from when the hub first saw it (default 24h).
+	TTL Duration `yaml:"ttl"`
+	// Scope says what the gate covers: "config" (default: changes of
+	// versions or rendered configs) or "all" (lifecycle and operational
+	// actions too: start, stop, uninstall, backup, ...).
+	Scope string `yaml:"scope"`
+	// RequireSignedCommits refuses a commit that changes BRCs, blocks or
+	// nodes without a signature by a configured identity's key: the
+	// snapshot stays at the last good commit.
+	RequireSignedCommits bool `yaml:"require_signed_commits"`
 }
 
 // readKey reads a 32-byte key written as 64 hex characters.
@@ -61,11 +131,17 @@ func readKey(path string) ([]byte, error) {
 	return key, nil
 }
 
-// Identity is one API caller of hub.yaml.
+// Identity is one person or system of hub.yaml: an API caller (bearer
+// token, by its sha256) and a commit signer (its public keys).
 type Identity struct {
 	Name        string `yaml:"name"`
 	Role        string `yaml:"role"`
 	TokenSHA256 string `yaml:"token_sha256"`
+	// Keys are the public keys the identity signs commits with: armored
+	// OpenPGP public key blocks and/or SSH public keys (an allowed_signers
+	// or authorized_keys line: "ssh-ed25519 AAAA... comment", with or
+	// without a leading principal).
+	Keys []string `yaml:"keys"`
 }
 
 // RepoConfig says which repository and branch to follow.
@@ -165,6 +241,12 @@ func (c *Config) SetDefaults() {
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = Duration(30 * time.Second)
 	}
+	if c.Approval.TTL == 0 {
+		c.Approval.TTL = Duration(24 * time.Hour)
+	}
+	if c.Approval.Scope == "" {
+		c.Approval.Scope = ApprovalScopeConfig
+	}
 	if c.HubID == "" {
 		host, _ := os.Hostname()
 		c.HubID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -199,6 +281,19 @@ func (c *Config) Validate() error {
 		if b, err := hex.DecodeString(id.TokenSHA256); err != nil || len(b) != sha256.Size {
 			errs = append(errs, fmt.Errorf("identities[%d] (%s): token_sha256 must be 64 hex characters", i, id.Name))
 		}
+		for j, k := range id.Keys {
+			if err := (gitsync.SignerKeys{id.Name: signerKey(k)}).Check(); err != nil {
+				errs = append(errs, fmt.Errorf("identities[%d] (%s): keys[%d]: %w", i, id.Name, j, err))
+			}
+		}
+	}
+	switch c.Approval.Scope {
+	case ApprovalScopeConfig, ApprovalScopeAll:
+	default:
+		errs = append(errs, fmt.Errorf("approval.scope %q: want %s or %s", c.Approval.Scope, ApprovalScopeConfig, ApprovalScopeAll))
+	}
+	if c.Approval.TTL.D() < time.Minute {
+		errs = append(errs, errors.New("approval.ttl must be at least 1m"))
 	}
 	if c.LeaseTTL.D() < time.Second {
 		errs = append(errs, errors.New("lease_ttl must be at least 1s"))

@@ -386,7 +386,8 @@ func checkPlan(t *testing.T, remote string) {
 	}
 	gittest.Git(t, work, "add", "rollouts", "brc")
 	gittest.Git(t, work, "commit", "-q", "-m", "two requests and a schedule")
-	gated, err := hub.Plan(context.Background(), hub.PlanRequest{Dir: work, Branch: "main", Now: time.Now(), ApprovalGate: true})
+	gate := true
+	gated, err := hub.Plan(context.Background(), hub.PlanRequest{Dir: work, Branch: "main", Now: time.Now(), ApprovalRequired: &gate})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,10 @@ type Hub struct {
 	snapshot   *fleetwave.Snapshot
 	sync       fleetwave.SyncState
 	syncGen    int64  // bumped when sync changes, so status is rewritten
+	// waitsMark fingerprints what status says waits and why outside the
+	// engine (gated BRCs, quiescence, approvals waiting for reports,
+	// requests waiting): status is rewritten when it changes.
+	waitsMark string
 	lastSeen   string // newest commit looked at (applied or rejected)
 	statusMark string // engine version + sync generation last written
 	// rolloutsWritten holds the finished rollouts whose final document
@@ -81,6 +85,26 @@ type Hub struct {
 	gitFence    int64
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
+	// The approval gate (approvals.go): the last commit whose approvals/
+	// changes were processed; the records and the observation history read
+	// from Git at leadership; the approved requests waiting (why); the BRCs
+	// whose config items wait for an approval.
+	approvalCursor string
+	gitApprovals   map[string]fleetwave.Approval
+	history        map[string]map[string][]string
+	approvalWaits  map[string]string
+	gated          map[string]approvalWait
+	// writeFiles commits files to the tracked branch as the hub, with the
+	// actor in a trailer (nil: API writes are recorded in status only).
+	writeFiles func(ctx context.Context, files map[string][]byte, message, actor string) error
+	crashHook  func(point string)
+	// own are the commits this hub wrote for API callers; signerLog the
+	// latest commits that changed BRCs, blocks or nodes with their signer.
+	own       ownCommits
+	signerLog []commitSigner
+	// statusApplied is the commit the status in Git says was in force
+	// (read at start).
+	statusApplied string
 }
 
 // Option configures a Hub.
@@ -88,6 +112,18 @@ type Option func(*Hub)
 
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(h *Hub) { h.log = l } }
+
+// WithCrashHook calls hook at named points of the multi-step operations
+// (approval_decided, approval_created, approval_consumed, claim_committed):
+// crash tests end the process there to prove each step is recovered.
+func WithCrashHook(hook func(point string)) Option { return func(h *Hub) { h.crashHook = hook } }
+
+// crashPoint is a point of WithCrashHook.
+func (h *Hub) crashPoint(point string) {
+	if h.crashHook != nil {
+		h.crashHook(point)
+	}
+}
 
 // WithClock sets the clock of the hub and its engine.
 func WithClock(c clock.Clock) Option { return func(h *Hub) { h.clock = c } }
@@ -147,6 +183,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
 		return nil, err
 	}
+	h.writeFiles = h.commitFiles
 	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
@@ -181,14 +218,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if len(cfg.Agents.Tokens) == 0 {
 		h.log.Warn().Msg("no agent tokens configured: no agent can connect")
 	}
-	admins := 0
-	for _, id := range cfg.Identities {
-		if id.Role == "admin" {
-			admins++
-		}
-	}
-	if len(cfg.Identities) < 2 || admins == 0 {
-		h.log.Warn().Int("identities", len(cfg.Identities)).Int("admins", admins).Msg("fewer than two identities with an admin: approvals need a second identity, releases that need approval are frozen")
+	if w := approvalWarning(cfg); w != "" {
+		h.log.Warn().Int("identities", len(cfg.Identities)).Str("why", w).Msg("releases that need approval are frozen")
 	}
 	ok = true
 	return h, nil
@@ -399,6 +430,19 @@ func (h *Hub) syncStep(ctx context.Context) {
 		log.Warn().Err(err).Msg("read or validate commit")
 		return
 	}
+	h.mu.Lock()
+	applied := h.sync.Applied
+	if applied == "" {
+		applied = h.statusApplied // what the status in Git says was in force
+	}
+	h.mu.Unlock()
+	if serrs := h.checkSigners(ctx, applied, head); len(serrs) > 0 {
+		if verr == nil {
+			verr = &fleetwave.ValidationError{}
+		}
+		verr.Errors = append(verr.Errors, serrs...)
+		verr.Sort()
+	}
 	if verr != nil {
 		h.mu.Lock()
 		h.lastSeen = head
@@ -415,6 +459,10 @@ func (h *Hub) syncStep(ctx context.Context) {
 	h.mu.Lock()
 	h.snapshot, h.lastSeen = snap, head
 	h.mu.Unlock()
+	if fence := h.currentFence(); fence > 0 {
+		h.loadGitRecords(ctx, fence)
+		h.processApprovalCommits(ctx, fence, snap, head)
+	}
 	h.setSync(func(s *fleetwave.SyncState) {
 		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
 	})
@@ -477,14 +525,12 @@ func (normalizer) Normalize(p string, data []byte) ([]byte, error) {
 	return schema.Normalize(p, data)
 }
 
-// restoreMarks seeds the mirror's generation high-water marks from the
-// status the hub committed, when the mirror has none (first start, or the
-// data dir was lost): generations then never go down, even after a
+// restoreMarks reads the status the hub committed: the commit that was in
+// force (the signed-commit check starts after it), and, when the mirror
+// has no generation high-water marks (first start, or the data dir was
+// lost), the marks: generations then never go down, even after a
 // force-push rewrote history.
 func (h *Hub) restoreMarks(ctx context.Context) error {
-	if len(h.repo.HighWater()) > 0 {
-		return nil
-	}
 	if _, _, err := h.repo.Fetch(ctx); err != nil {
 		return err
 	}
@@ -502,12 +548,18 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	}
 	var doc struct {
 		Marks map[fleetwave.ObjectKey]int64 `yaml:"generation_marks"`
+		Sync  struct {
+			Applied string `yaml:"applied"`
+		} `yaml:"sync"`
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return fmt.Errorf("status/summary.yaml: %w", err)
 	}
-	if len(doc.Marks) == 0 {
-		return nil
+	h.mu.Lock()
+	h.statusApplied = doc.Sync.Applied
+	h.mu.Unlock()
+	if len(doc.Marks) == 0 || len(h.repo.HighWater()) > 0 {
+		return nil // nothing to restore, or the mirror kept its own
 	}
 	h.log.Info().Int("objects", len(doc.Marks)).Msg("generation marks restored from status")
 	return h.repo.SeedHighWater(doc.Marks)

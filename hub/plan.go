@@ -31,11 +31,15 @@ type PlanReport struct {
 	// Schedules are the schedule triggers the change adds or modifies,
 	// with their next tick.
 	Schedules []PlannedSchedule `json:"schedules,omitempty"`
-	// ApprovalGate is the policy the report assumes (hub.yaml
-	// approval_required); ApprovalsNeeded counts the rollouts that would
-	// wait for an approved request under it.
-	ApprovalGate    bool                 `json:"approval_gate"`
-	ApprovalsNeeded int                  `json:"approvals_needed"`
+	// ApprovalRequired is the policy the report assumes (hub.yaml
+	// approval.required: as the hub last committed it in status, unless
+	// asked otherwise); ApprovalsNeeded counts the rollouts that would wait
+	// for an approved request under it.
+	ApprovalRequired bool `json:"approval_required"`
+	// ApprovalPolicyFrom says where the policy came from: "status" (what
+	// the hub committed), "flag", or "default" (off: no status says).
+	ApprovalPolicyFrom string `json:"approval_policy_from"`
+	ApprovalsNeeded    int    `json:"approvals_needed"`
 	Problems        []reconciler.Problem `json:"problems,omitempty"`
 	// Errors are the head's validation errors: such a commit would be rejected.
 	Errors []fleetwave.FileError `json:"errors,omitempty"`
@@ -64,9 +68,17 @@ type PlannedRollout struct {
 	MaxConcurrent int           `json:"max_concurrent"`
 	Lanes         []PlannedLane `json:"lanes"`
 	// ConfigChange: the rollout changes versions or rendered configs, so
-	// under the approval gate (DESIGN §4) it needs an approved request.
+	// under the approval gate it needs an approved request.
 	ConfigChange     bool `json:"config_change"`
 	ApprovalRequired bool `json:"approval_required"`
+	// TargetVersion is the BRC's version the rollout brings.
+	TargetVersion string `json:"target_version,omitempty"`
+	// RollbackExempt: every config item returns its node to a version the
+	// node reported before (status/nodes observed_versions): no approval.
+	RollbackExempt bool `json:"rollback_exempt,omitempty"`
+	// Approvals are the requests in status pinning this BRC and version
+	// ("id (state)"): what the merge's rollout would run under.
+	Approvals []string `json:"approvals,omitempty"`
 }
 
 // PlannedRequest is a manual rollout request and what it would do now.
@@ -125,9 +137,10 @@ type PlanRequest struct {
 	Base   string // "" = merge base of Head with origin/<Branch> (else <Branch>)
 	Head   string // "" = HEAD
 	Now    time.Time
-	// ApprovalGate assumes the hub's approval_required policy: config
-	// rollouts are then reported as needing an approved request.
-	ApprovalGate bool
+	// ApprovalRequired, when set, overrides the approval policy the hub
+	// committed in status (approval.required of hub.yaml): config rollouts
+	// are then reported as needing an approved request.
+	ApprovalRequired *bool
 }
 
 // Plan compares two revisions of the repository in req.Dir (see
@@ -167,7 +180,7 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &PlanReport{Base: baseHash, Head: headHash, Objects: []ObjectChange{}, Rollouts: []PlannedRollout{}, ApprovalGate: req.ApprovalGate}
+	rep := &PlanReport{Base: baseHash, Head: headHash, Objects: []ObjectChange{}, Rollouts: []PlannedRollout{}}
 
 	headSnap, verr, err := loadAt(ctx, repo, v, headHash)
 	if err != nil {
@@ -186,12 +199,22 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 	rep.Objects = objectChanges(baseSnap, headSnap)
 
 	obs := fleetwave.Observations{}
+	st := planStatus{}
 	if baseHash != "" {
 		status, err := repo.StatusFiles(ctx, baseHash)
 		if err != nil {
 			return nil, err
 		}
 		obs = observationsFromStatus(status)
+		st = readPlanStatus(status)
+	}
+	switch {
+	case req.ApprovalRequired != nil:
+		rep.ApprovalRequired, rep.ApprovalPolicyFrom = *req.ApprovalRequired, "flag"
+	case st.policyKnown:
+		rep.ApprovalRequired, rep.ApprovalPolicyFrom = st.approvalRequired, "status"
+	default:
+		rep.ApprovalPolicyFrom = "default"
 	}
 	// plan never sees credentials: templates get a stable placeholder, so
 	// instances are compared between base and head, never with real values
@@ -262,12 +285,82 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 	}
 	for i := range rep.Rollouts {
 		r := &rep.Rollouts[i]
-		r.ApprovalRequired = r.ConfigChange && req.ApprovalGate
+		if t := headSnap.Triggers[r.Trigger]; t != nil {
+			r.TargetVersion = t.TargetVersion
+		}
+		r.RollbackExempt = r.ConfigChange && rollbackExempt(configItems(r), st.history)
+		r.ApprovalRequired = r.ConfigChange && rep.ApprovalRequired && !r.RollbackExempt
 		if r.ApprovalRequired {
 			rep.ApprovalsNeeded++
+			for _, a := range st.approvals {
+				usable := a.State == fleetwave.ApprovalPending || a.State == fleetwave.ApprovalApproved || a.State == fleetwave.ApprovalConsumed
+				if a.BRC == r.Trigger && a.TargetVersion == r.TargetVersion && usable {
+					r.Approvals = append(r.Approvals, fmt.Sprintf("%s (%s)", a.ID, a.State))
+				}
+			}
 		}
 	}
 	return rep, nil
+}
+
+// planStatus is what plan reads of the status the hub committed: the
+// approval policy in force, the approval requests, the versions each node
+// reported before.
+type planStatus struct {
+	policyKnown, approvalRequired bool
+	approvals                     []fleetwave.Approval
+	history                       map[string]map[string][]string
+}
+
+func readPlanStatus(files map[string][]byte) planStatus {
+	st := planStatus{history: map[string]map[string][]string{}}
+	for p, data := range files {
+		switch {
+		case p == "status/summary.yaml":
+			var doc struct {
+				Approval *struct {
+					Required bool `yaml:"required"`
+				} `yaml:"approval"`
+			}
+			if yaml.Unmarshal(data, &doc) == nil && doc.Approval != nil {
+				st.policyKnown, st.approvalRequired = true, doc.Approval.Required
+			}
+		case strings.HasPrefix(p, "status/approvals/"):
+			var a fleetwave.Approval
+			if yaml.Unmarshal(data, &a) == nil && a.ID != "" {
+				st.approvals = append(st.approvals, a)
+			}
+		case strings.HasPrefix(p, "status/nodes/"):
+			var doc struct {
+				Node    string              `yaml:"node"`
+				History map[string][]string `yaml:"observed_versions"`
+			}
+			if yaml.Unmarshal(data, &doc) == nil && doc.Node != "" {
+				st.history[doc.Node] = doc.History
+			}
+		}
+	}
+	sort.Slice(st.approvals, func(i, j int) bool { return st.approvals[i].ID < st.approvals[j].ID })
+	return st
+}
+
+// configItems lists a planned rollout's items that change config, as item
+// specs for the rollback check.
+func configItems(r *PlannedRollout) []fleetwave.ItemSpec {
+	var out []fleetwave.ItemSpec
+	for _, l := range r.Lanes {
+		var all []PlannedItem
+		for _, w := range l.Waves {
+			all = append(all, w...)
+		}
+		all = append(all, l.Waiting...)
+		for _, it := range all {
+			if it.Skipped == "" && it.Blocked == "" && it.TargetVersion != "" {
+				out = append(out, fleetwave.ItemSpec{Node: it.Node, Block: it.Block, TargetVersion: it.TargetVersion})
+			}
+		}
+	}
+	return out
 }
 
 func itemKey(it fleetwave.ItemSpec) string {
@@ -493,10 +586,15 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 		}
 		fmt.Fprintf(w, "Rollout %s: trigger %s generation %d, %d item(s), max_concurrent %d\n", code(r.ID), r.Trigger, r.Generation, n, r.MaxConcurrent)
 		switch {
+		case r.ApprovalRequired && len(r.Approvals) > 0:
+			fmt.Fprintf(w, "%sapproval: REQUIRED; request(s) for %s at %s: %s\n", bullet, r.Trigger, r.TargetVersion, strings.Join(r.Approvals, ", "))
 		case r.ApprovalRequired:
-			fmt.Fprintf(w, "%sapproval: REQUIRED (config change; a second identity with the admin role must approve a request)\n", bullet)
+			fmt.Fprintf(w, "%sapproval: REQUIRED (config change): after merge, an operator or admin submits a request (fleetwave approval submit --brc %s --target-version %s) and another admin approves it; none exists yet\n",
+				bullet, r.Trigger, r.TargetVersion)
+		case r.RollbackExempt && p.ApprovalRequired:
+			fmt.Fprintf(w, "%sapproval: not required (rollback to a version every affected node ran before)\n", bullet)
 		case r.ConfigChange:
-			fmt.Fprintf(w, "%sapproval: not required (approval gate off)\n", bullet)
+			fmt.Fprintf(w, "%sapproval: not required (approval.required is off)\n", bullet)
 		default:
 			fmt.Fprintf(w, "%sapproval: not required (no version or config change)\n", bullet)
 		}

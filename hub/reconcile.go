@@ -2,6 +2,9 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"sort"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
+	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/internal/credstore"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
@@ -91,8 +95,22 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	actor := ""
 	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
 		actor = info.Email
+		for _, tr := range info.Trailers {
+			if tr.Key == gitsync.TrailerActor && h.own.has(snap.Commit) {
+				actor = tr.Value // an API write the hub committed: its caller
+			}
+		}
 	}
-	specs := h.quiescent(ctx, snap, plan.Rollouts)
+	h.observeHistory(obs)
+	approvals, err := h.eng.Approvals(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("read approvals")
+		}
+		return
+	}
+	specs, gated := h.gate(snap, plan.Rollouts, approvals)
+	specs = h.quiescent(ctx, snap, specs)
 	specs = append(specs, h.dueSchedules(ctx, fence, snap, obs, observedAt, opts)...)
 	for _, spec := range specs {
 		if spec.Source.Actor == "" {
@@ -102,9 +120,24 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		h.createRollout(ctx, fence, spec)
 	}
 	h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
+	h.approvalsStep(ctx, fence, snap, obs, version, opts)
 	h.mu.Lock()
-	h.holds, h.problems = plan.Holds, plan.Problems
+	h.holds, h.problems, h.gated = plan.Holds, plan.Problems, gated
+	mark := waitsFingerprint(h.gated, h.quiet, h.approvalWaits, h.requestsWaiting)
+	changed := mark != h.waitsMark
+	h.waitsMark = mark
 	h.mu.Unlock()
+	if changed {
+		h.kick(h.statusNow)
+	}
+}
+
+// waitsFingerprint is a deterministic digest of the waits status shows
+// that the engine does not hold.
+func waitsFingerprint(gated map[string]approvalWait, quiet map[string]time.Time, approvalWaits, requests map[string]string) string {
+	b, _ := json.Marshal([]any{gated, quiet, approvalWaits, requests}) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // drainedNodes returns the ids of the snapshot's draining nodes, sorted.
@@ -333,6 +366,16 @@ func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.S
 				continue
 			}
 			h.log.Warn().Str("request", name).Str("code", code).Str("error", msg).Msg("manual rollout refused")
+			h.kick(h.statusNow)
+			continue
+		}
+		if h.gatedRequest(spec) {
+			msg := "the request applies config and approval is required: submit an approval request instead (it pins the version, the nodes and a batch size: fleetwave approval submit)"
+			if _, err := h.eng.RecordRequest(ctx, fence, name, engine.RequestOutcome{Code: fleetwave.ReasonApprovalRequired, Message: msg}); err != nil {
+				h.log.Warn().Err(err).Str("request", name).Msg("record refused request")
+				continue
+			}
+			h.log.Warn().Str("request", name).Str("code", fleetwave.ReasonApprovalRequired).Msg("manual rollout refused")
 			h.kick(h.statusNow)
 			continue
 		}

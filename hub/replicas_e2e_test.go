@@ -26,6 +26,10 @@ import (
 // and kill.
 const hubChildEnv = "FLEETWAVE_TEST_HUB_CHILD"
 
+// crashAtEnv, with hubChildEnv, makes the child hub exit at that crash
+// point (hub.WithCrashHook).
+const crashAtEnv = "FLEETWAVE_TEST_CRASH_AT"
+
 func TestMain(m *testing.M) {
 	if path := os.Getenv(hubChildEnv); path != "" {
 		os.Exit(runHubChild(path))
@@ -41,7 +45,17 @@ func runHubChild(path string) int {
 		fmt.Fprintln(os.Stderr, "hub config:", err)
 		return 1
 	}
-	h, err := hub.New(ctx, cfg, hub.WithLogger(zerolog.New(os.Stderr).Level(zerolog.InfoLevel)))
+	opts := []hub.Option{hub.WithLogger(zerolog.New(os.Stderr).Level(zerolog.InfoLevel))}
+	if at := os.Getenv(crashAtEnv); at != "" {
+		// a crash test: die without any cleanup at this point, once
+		opts = append(opts, hub.WithCrashHook(func(point string) {
+			if point == at {
+				fmt.Fprintln(os.Stderr, "crash at", point)
+				os.Exit(3)
+			}
+		}))
+	}
+	h, err := hub.New(ctx, cfg, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hub:", err)
 		return 1
@@ -159,9 +173,26 @@ reconcile_interval: 200ms
 
 	// web-g1 finishes under hub-b (results start the next waves; hub-b's
 	// steps do the rest).
-	r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
-	if r.Counters.Done != n || r.Counters.Total != n {
-		t.Fatalf("web-g1 counters %+v, want %d done", r.Counters, n)
+	// nodes that report late join web-g1 (one rollout per generation): it
+	// may complete, then reopen, until every node's item is done
+	var r fleetwave.Rollout
+	var items []fleetwave.Item
+	waitUntil(t, "web-g1 completed with every node", func() bool {
+		var err error
+		r, items, err = eng.Rollout(context.Background(), "web-g1")
+		return err == nil && r.Status == fleetwave.RolloutCompleted && r.Counters.Done == n
+	})
+	if r.Counters.Total != n {
+		t.Fatalf("web-g1 counters %+v, want %d items, all done", r.Counters, n)
+	}
+	rs, err := eng.Rollouts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rs {
+		if x.Source.Object == "trigger/web" && x.Source.Generation == 1 && x.ID != "web-g1" {
+			t.Fatalf("generation 1 has a second rollout %s", x.ID)
+		}
 	}
 	// Only a leader syncs and plans: a push during the freeze becomes a
 	// rollout under hub-b.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,7 +32,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 		return
 	}
 	h.mu.Lock()
-	mark := fmt.Sprintf("%d/%d", version, h.syncGen)
+	mark := fmt.Sprintf("%d/%d/%s", version, h.syncGen, h.waitsMark)
 	unchanged := mark == h.statusMark
 	h.mu.Unlock()
 	if unchanged {
@@ -102,6 +103,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 		}
 	}
 	h.mu.Unlock()
+	if len(b.held) > 0 {
+		h.crashPoint("claim_committed")
+	}
 	// a claimed request's record is in Git now: its rollout may run
 	for _, id := range b.held {
 		if _, err := h.eng.Release(ctx, fence, id, fleetwave.ReasonClaim); err != nil {
@@ -287,15 +291,35 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		summary["requests"] = requests
 	}
 	h.mu.Lock()
-	quiet := h.quiet
+	quiet, gated, cursor := h.quiet, h.gated, h.approvalCursor
+	signers := slices.Clone(h.signerLog)
 	h.mu.Unlock()
-	if len(quiet) > 0 {
-		waits := map[string]any{}
-		for name, until := range quiet {
-			waits[name] = map[string]any{"reason": fleetwave.ReasonQuiescence, "until": until.UTC()}
-		}
+	if len(signers) > 0 {
+		// who changed the fleet: the latest commits to brc/, blocks/ and
+		// nodes/ with their verified signer (or unsigned)
+		summary["signed_changes"] = signers
+	}
+	waits := map[string]any{}
+	for name, until := range quiet {
+		waits[name] = map[string]any{"reason": fleetwave.ReasonQuiescence, "until": until.UTC()}
+	}
+	for name, w := range gated {
+		waits[name] = w
+	}
+	if len(waits) > 0 {
 		summary["waiting"] = waits
 	}
+	approvals, err := h.eng.Approvals(ctx)
+	if err != nil {
+		return statusBatch{}, err
+	}
+	if err := h.approvalDocs(approvals, files); err != nil {
+		return statusBatch{}, err
+	}
+	// the policy in force (plan reads it), the requests by state, and the
+	// last commit whose approvals/ changes were processed
+	summary["approval"] = map[string]any{"required": h.cfg.Approval.Required, "ttl": h.cfg.Approval.TTL.D().String(),
+		"scope": h.cfg.Approval.Scope, "requests": approvalCounts(approvals), "cursor": cursor}
 	if len(holds) > 0 || len(problems) > 0 {
 		byReason := map[string]int{}
 		for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
@@ -337,6 +361,16 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		Reason  string `json:"reason"`
 		Message string `json:"message,omitempty"`
 	}
+	h.mu.Lock()
+	versions := map[string]map[string][]string{}
+	for node, m := range h.history {
+		cp := map[string][]string{}
+		for b, v := range m {
+			cp[b] = slices.Clone(v)
+		}
+		versions[node] = cp
+	}
+	h.mu.Unlock()
 	heldByNode := map[string][]held{}
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
 		heldByNode[p.Node] = append(heldByNode[p.Node], held{p.Block, p.Trigger, p.Reason, p.Message})
@@ -362,6 +396,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 		if d := driftOf(drift, node); len(d) > 0 {
 			ns["drift"] = d
+		}
+		if hist := versions[node]; len(hist) > 0 {
+			ns["observed_versions"] = hist // never forgotten: the rollback guard reads them
 		}
 		if w := waitingByNode[node]; len(w) > 0 {
 			sort.Slice(w, func(i, j int) bool { return w[i].Item < w[j].Item })
@@ -446,6 +483,7 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 			h.log.Warn().Err(err).Msg("read status files; requests known only from redis")
 			return
 		}
+		h.loadGitApprovals(status)
 		if data, ok := status["status/summary.yaml"]; ok {
 			var doc struct {
 				Requests map[string]fleetwave.RequestStatus `yaml:"requests"`
@@ -463,6 +501,7 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 	h.mu.Lock()
 	h.gitRequests, h.gitFence = handled, fence
 	h.mu.Unlock()
+	h.restoreApprovals(ctx, fence)
 	if len(handled) > 0 {
 		h.log.Info().Int("requests", len(handled)).Int64("fence", fence).Msg("handled requests read from status")
 	}

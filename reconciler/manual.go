@@ -191,3 +191,27 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 	spec.Items = sortItems(items)
 	return spec, nil
 }
+
+// PlanApproval plans the rollout of an approved request on BRC t: the
+// BRC's difference (install, upgrade, ...) on each pinned node, whatever
+// the node's labels became since (a late approval cannot change its
+// targets), at t's current generation, as one one-shot event in the BRC's
+// budget with batchSize as its wave size (the BRC's max_concurrent when 0).
+// The caller sets BaseID, Source and Hold. Pinned nodes without a record
+// any more are left out; with opts.RequireReport a node without a report
+// is a hold (awaiting_report), and the caller waits for it.
+func PlanApproval(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetwave.Trigger, nodes []string, batchSize int, opts Options) (fleetwave.RolloutSpec, []Problem, []Problem) {
+	brcCap := maxConcurrent(snap, t, len(Scope(snap, t)))
+	pinned := *t
+	pinned.Nodes = slices.Clone(nodes)
+	pinned.TargetOrganizations, pinned.TargetWorkspaces, pinned.Selector = nil, nil, nil
+	r := newRenderer(opts)
+	spec, problems, holds := planTrigger(snap, obs, &pinned, r, opts)
+	spec.MaxConcurrent = batchSize
+	if spec.MaxConcurrent <= 0 {
+		spec.MaxConcurrent = brcCap
+	}
+	spec.Budget, spec.BudgetCap = t.Name, brcCap
+	spec.Supersede, spec.Once = false, true
+	return spec, problems, holds
+}

@@ -92,6 +92,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		planCmd(stdout),
 		statusCmd(stdout),
 		rolloutCmd(stdout),
+		approvalCmd(stdout),
 		schemaCmd(stdout),
 		devCmd(stdout),
 		initCmd(stdout),

@@ -186,3 +186,68 @@ func writeFiles(t testing.TB, dir string, files map[string]string, deletes []str
 		}
 	}
 }
+
+// PushOptions is a push made with its own git configuration (e.g. commit
+// signing: gpg.format, user.signingkey, commit.gpgsign), author and
+// environment (e.g. GNUPGHOME).
+type PushOptions struct {
+	Files       map[string]string
+	Deletes     []string
+	Message     string
+	Config      map[string]string // git -c key=value for every command
+	AuthorName  string            // "" = AuthorName
+	AuthorEmail string            // "" = AuthorEmail
+	Env         []string
+}
+
+// PushWith is Push with opts: the commit (and any rebase of it while racing
+// other pushers) is made with opts' configuration and author, so a signing
+// configuration signs every commit that lands.
+func PushWith(t testing.TB, url string, opts PushOptions) string {
+	t.Helper()
+	var cfg []string
+	for k, v := range opts.Config {
+		cfg = append(cfg, "-c", k+"="+v)
+	}
+	env := Env()
+	if opts.AuthorName != "" {
+		env = append(env, "GIT_AUTHOR_NAME="+opts.AuthorName, "GIT_COMMITTER_NAME="+opts.AuthorName)
+	}
+	if opts.AuthorEmail != "" {
+		env = append(env, "GIT_AUTHOR_EMAIL="+opts.AuthorEmail, "GIT_COMMITTER_EMAIL="+opts.AuthorEmail)
+	}
+	env = append(env, opts.Env...)
+	git := func(dir string, args ...string) (string, error) {
+		cmd := exec.Command("git", append(cfg, args...)...)
+		cmd.Dir, cmd.Env = dir, env
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return strings.TrimSpace(out.String()), err
+	}
+	must := func(dir string, args ...string) string {
+		t.Helper()
+		out, err := git(dir, args...)
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	must("", "clone", "--quiet", "--branch", "main", url, work)
+	writeFiles(t, work, opts.Files, opts.Deletes)
+	must(work, "add", "-A")
+	must(work, "commit", "--quiet", "--allow-empty", "-m", opts.Message)
+	var lastErr string
+	for i := range 30 {
+		out, err := git(work, "push", "--quiet", "origin", "HEAD:main")
+		if err == nil {
+			return must(work, "rev-parse", "HEAD")
+		}
+		lastErr = out
+		time.Sleep(time.Duration(i*7%50) * time.Millisecond)
+		must(work, "pull", "--quiet", "--rebase", "origin", "main")
+	}
+	t.Fatalf("git push to %s kept failing: %s", url, lastErr)
+	return ""
+}

@@ -1,0 +1,62 @@
+-- approval: ARGV[4] op, [5] approval id, [6] record json (submit) or the
+-- actor (decide), [7] the decision (decide: approved | rejected) or the
+-- rollout id (consume) or the reason (expire, refuse).
+-- The approval records (hash 'approvals': id -> json), each a small state
+-- machine whose every step is a compare-and-set here, under the leader's
+-- fence:
+--   submit:  (none) -> pending | refused (the record says which); a known
+--            id is left as it is
+--   decide:  pending -> approved | rejected, by an actor who is not the
+--            submitter (the caller checked the role)
+--   consume: approved -> consumed, with the rollout it created (idempotent
+--            for the same rollout)
+--   expire:  pending -> expired
+-- Returns {'stale_fence'} | {'not_found'} | {'state', current state} when
+-- the step does not apply | {'self'} (decide by the submitter) |
+-- {'ok', record json}.
+if not check_fence() then
+  return { 'stale_fence' }
+end
+local op, id = ARGV[4], ARGV[5]
+local key = P .. 'approvals'
+local raw = redis.call('HGET', key, id)
+if op == 'submit' then
+  if raw then
+    return { 'ok', raw }
+  end
+  redis.call('HSET', key, id, ARGV[6])
+  bump()
+  return { 'ok', ARGV[6] }
+end
+if not raw then
+  return { 'not_found' }
+end
+local a = cjson.decode(raw)
+if op == 'decide' then
+  if a.state ~= 'pending' then
+    return { 'state', a.state }
+  end
+  if a.submitted_by == ARGV[6] then
+    return { 'self' }
+  end
+  a.state, a.decided_by, a.decided_at = ARGV[7], ARGV[6], NOW
+elseif op == 'consume' then
+  if a.state == 'consumed' and a.rollout == ARGV[7] then
+    return { 'ok', raw }
+  end
+  if a.state ~= 'approved' then
+    return { 'state', a.state }
+  end
+  a.state, a.rollout, a.consumed_at = 'consumed', ARGV[7], NOW
+elseif op == 'expire' or op == 'stale' then
+  if a.state ~= 'pending' and not (op == 'stale' and a.state == 'approved') then
+    return { 'state', a.state }
+  end
+  a.state, a.reason, a.ended_at = (op == 'expire') and 'expired' or 'stale', ARGV[7], NOW
+else
+  return { 'state', 'unknown_op' }
+end
+local out = cjson.encode(a)
+redis.call('HSET', key, id, out)
+bump()
+return { 'ok', out }
