@@ -438,6 +438,22 @@ type Summary struct {
 	Rollouts []Rollout `json:"rollouts"`
 	// Requests says what became of each manual request, by name.
 	Requests map[string]RequestStatus `json:"requests,omitempty"`
+	// Waiting says, per BRC, why its new generation creates nothing yet
+	// (approval_required, quiescence).
+	Waiting map[string]Wait `json:"waiting,omitempty"`
+}
+
+// Wait is why a BRC's new generation creates nothing yet: an approval it
+// needs (what one must pin, the requests already submitted), or the
+// quiescence it waits out (until when).
+type Wait struct {
+	Reason        string    `json:"reason" yaml:"reason"`
+	TargetVersion string    `json:"target_version,omitempty" yaml:"target_version,omitempty"`
+	Generation    int64     `json:"generation,omitempty" yaml:"generation,omitempty"`
+	Nodes         int       `json:"nodes,omitempty" yaml:"nodes,omitempty"`
+	Approvals     []string  `json:"approvals,omitempty" yaml:"approvals,omitempty"`
+	Until         time.Time `json:"until,omitzero" yaml:"until,omitempty"`
+	Message       string    `json:"message,omitempty" yaml:"message,omitempty"`
 }
 
 // Plus returns the sum of c and o.

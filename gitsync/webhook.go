@@ -12,10 +12,12 @@ import (
 	"strings"
 )
 
-// MaxWebhookBody is the body size the API should read at most from a git
-// webhook (GitHub caps its payloads at 25 MB; push payloads are far
-// smaller). Larger bodies are refused before verification.
-const MaxWebhookBody = 25 << 20
+// MaxWebhookBody is the body size the API reads at most from a git
+// webhook: push payloads are a few KiB; a larger body (GitHub allows up to
+// 25 MB) is refused with 413 before verification, and the poll interval
+// picks the push up instead. Reading less bounds what an unauthenticated
+// caller can make the hub hold in memory.
+const MaxWebhookBody = 1 << 20
 
 // Webhook signature headers VerifyWebhook accepts.
 const (
@@ -33,7 +35,9 @@ var ErrWebhookUnsigned = errors.New("webhook carries no signature")
 var ErrWebhookSignature = errors.New("webhook signature does not match")
 
 // ErrWebhookNoSecret is returned by VerifyWebhook when no secret is
-// configured: an unauthenticated hook is never accepted.
+// configured: it never accepts a hook without one. (The hub, without a
+// webhook_secret_file, accepts unsigned hooks by not calling it: a hook
+// only asks for a fetch, which polling does anyway.)
 var ErrWebhookNoSecret = errors.New("no webhook secret configured")
 
 // VerifyWebhook checks that a git webhook request was sent by someone who

@@ -184,6 +184,9 @@ func (h *Hub) Summary(ctx context.Context) (fleetwave.Summary, error) {
 	if s.Requests, err = h.requestStatuses(ctx, snap, rs); err != nil {
 		return fleetwave.Summary{}, h.apiError(ctx, err)
 	}
+	h.mu.Lock()
+	s.Waiting = mergeWaits(h.quiet, h.gated)
+	h.mu.Unlock()
 	return s, nil
 }
 

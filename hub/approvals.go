@@ -534,17 +534,7 @@ func awaitingNodes(holds []reconciler.Problem) []string {
 
 // approvalWait is what status says of a BRC whose config rollout waits for
 // an approval.
-type approvalWait struct {
-	Reason        string `json:"reason"`
-	TargetVersion string `json:"target_version"`
-	Generation    int64  `json:"generation"`
-	// Nodes counts the nodes whose config change waits.
-	Nodes int `json:"nodes"`
-	// Approvals are the requests for this version already submitted
-	// (pending or approved), by id.
-	Approvals []string `json:"approvals,omitempty"`
-	Message   string   `json:"message"`
-}
+type approvalWait = fleetwave.Wait
 
 // gate applies the approval policy to the reconciliation specs: the items
 // it gates are taken out (the spec stays, so a new generation still

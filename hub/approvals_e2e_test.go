@@ -19,6 +19,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/hub"
 	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/testutil/browser"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
@@ -311,7 +312,9 @@ func TestApprovalAuthorizationMatrix(t *testing.T) {
 
 	t.Run("through git: a signed submission, a decision signed by another admin; forged and unknown signers change nothing", func(t *testing.T) {
 		pushSigned(t, remote, bob, "Bob", map[string]string{"brc/db.cue": dbBRC("2")}, "db 2")
-		waitFile(t, remote, "status/summary.yaml", func(s string) bool { return strings.Contains(s, "target_version: \"2\"") && strings.Contains(s, "approval_required") })
+		waitFile(t, remote, "status/summary.yaml", func(s string) bool {
+			return strings.Contains(s, "target_version: \"2\"") && strings.Contains(s, "approval_required")
+		})
 		req := "kind: approval\nname: up-v2\nbrc: db\ntarget_version: \"2\"\nnodes: [n1, n2, n3]\n"
 		pushSigned(t, remote, bob, "Bob", map[string]string{"approvals/up-v2.yaml": req}, "request db 2")
 		a := waitApproval("up-v2", fleetwave.ApprovalPending)
@@ -752,9 +755,19 @@ func TestTheApprovalFlowThroughGit(t *testing.T) {
 	}
 	// merge
 	gittest.Git(t, work, "checkout", "-q", "main")
-	gittest.Git(t, work, "pull", "-q", "origin", "main")
-	gittest.Git(t, work, "merge", "-q", "--no-ff", "-m", "Merge db-2", "db-2")
-	gittest.Git(t, work, "push", "-q", "origin", "main")
+	for i := 0; ; i++ { // the hub's status commits race the merge's push
+		gittest.Git(t, work, "pull", "-q", "--no-rebase", "origin", "main")
+		if i == 0 {
+			gittest.Git(t, work, "merge", "-q", "--no-ff", "-m", "Merge db-2", "db-2")
+		}
+		cmd := exec.Command("git", "push", "-q", "origin", "main")
+		cmd.Dir, cmd.Env = work, gittest.Env()
+		if out, err := cmd.CombinedOutput(); err == nil {
+			break
+		} else if i > 20 {
+			t.Fatalf("push the merge: %v\n%s", err, out)
+		}
+	}
 	waitFile(t, remote, "status/summary.yaml", func(s string) bool {
 		return strings.Contains(s, "reason: approval_required") && strings.Contains(s, "target_version: \"2\"")
 	})
@@ -776,5 +789,14 @@ func TestTheApprovalFlowThroughGit(t *testing.T) {
 		return strings.Contains(s, "status: completed") && strings.Contains(s, "actor: alice")
 	})
 	// n3 (batch tier) still waits for an approval of version 2
-	waitFile(t, remote, "status/summary.yaml", func(s string) bool { return strings.Contains(s, "nodes: 1") && strings.Contains(s, "approval_required") })
+	waitFile(t, remote, "status/summary.yaml", func(s string) bool {
+		return strings.Contains(s, "nodes: 1") && strings.Contains(s, "approval_required")
+	})
+	// the console, in a real browser, shows the requests and what waits
+	dom := browser.DumpDOM(t, "http://"+addr+"/", 3*time.Second)
+	for _, want := range []string{second, "consumed", "approval_required", fleetwave.ApprovalRolloutID(second)} {
+		if !strings.Contains(dom, want) {
+			t.Fatalf("console lacks %s:\n%s", want, dom)
+		}
+	}
 }

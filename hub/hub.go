@@ -54,15 +54,15 @@ type Hub struct {
 	reconcileNow chan struct{}
 	statusNow    chan struct{}
 
-	mu         sync.Mutex
-	fence      int64
-	snapshot   *fleetwave.Snapshot
-	sync       fleetwave.SyncState
-	syncGen    int64  // bumped when sync changes, so status is rewritten
+	mu       sync.Mutex
+	fence    int64
+	snapshot *fleetwave.Snapshot
+	sync     fleetwave.SyncState
+	syncGen  int64 // bumped when sync changes, so status is rewritten
 	// waitsMark fingerprints what status says waits and why outside the
 	// engine (gated BRCs, quiescence, approvals waiting for reports,
 	// requests waiting): status is rewritten when it changes.
-	waitsMark string
+	waitsMark  string
 	lastSeen   string // newest commit looked at (applied or rejected)
 	statusMark string // engine version + sync generation last written
 	// rolloutsWritten holds the finished rollouts whose final document
@@ -404,8 +404,8 @@ func (h *Hub) syncStep(ctx context.Context) {
 	head, _, err := h.repo.Fetch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.Warn().Err(err).Msg("fetch")
-			h.setSync(func(s *fleetwave.SyncState) { s.Result, s.Message = "error", err.Error() })
+			h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch")
+			h.setSync(func(s *fleetwave.SyncState) { s.Result, s.Message = "error", redactCause(err.Error()) })
 		}
 		return
 	}

@@ -38,9 +38,9 @@ type PlanReport struct {
 	ApprovalRequired bool `json:"approval_required"`
 	// ApprovalPolicyFrom says where the policy came from: "status" (what
 	// the hub committed), "flag", or "default" (off: no status says).
-	ApprovalPolicyFrom string `json:"approval_policy_from"`
-	ApprovalsNeeded    int    `json:"approvals_needed"`
-	Problems        []reconciler.Problem `json:"problems,omitempty"`
+	ApprovalPolicyFrom string               `json:"approval_policy_from"`
+	ApprovalsNeeded    int                  `json:"approvals_needed"`
+	Problems           []reconciler.Problem `json:"problems,omitempty"`
 	// Errors are the head's validation errors: such a commit would be rejected.
 	Errors []fleetwave.FileError `json:"errors,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -299,14 +300,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		// nodes/ with their verified signer (or unsigned)
 		summary["signed_changes"] = signers
 	}
-	waits := map[string]any{}
-	for name, until := range quiet {
-		waits[name] = map[string]any{"reason": fleetwave.ReasonQuiescence, "until": until.UTC()}
-	}
-	for name, w := range gated {
-		waits[name] = w
-	}
-	if len(waits) > 0 {
+	if waits := mergeWaits(quiet, gated); len(waits) > 0 {
 		summary["waiting"] = waits
 	}
 	approvals, err := h.eng.Approvals(ctx)
@@ -584,4 +578,18 @@ func toYAML(v any) ([]byte, error) {
 	}
 	_ = enc.Close()
 	return []byte("# written by the fleetwave hub: edits here are overwritten\n" + b.String()), nil
+}
+
+// mergeWaits is the "waiting" of status and the API: per BRC, the
+// quiescence it waits out or the approval it needs.
+func mergeWaits(quiet map[string]time.Time, gated map[string]fleetwave.Wait) map[string]fleetwave.Wait {
+	out := map[string]fleetwave.Wait{}
+	for name, until := range quiet {
+		out[name] = fleetwave.Wait{Reason: fleetwave.ReasonQuiescence, Until: until.UTC(),
+			Message: "waits until the BRC saw no newer commit for its quiescence_seconds"}
+	}
+	for name, w := range gated {
+		out[name] = w
+	}
+	return out
 }
