@@ -526,8 +526,10 @@ reconcile_interval: 200ms
 			if st != http.StatusCreated {
 				t.Fatalf("submit: %d %s", st, body)
 			}
+			// the answer may not come: the hub can die at any later step
+			// while it answers (the reconcile the approval kicks runs at once)
 			st, body = tryCall(addrA, "POST", "/api/v1/config-approvals/db-1/approve", "tok-alice", "")
-			if point != "approval_decided" && st != http.StatusOK {
+			if st != 0 && st != http.StatusOK {
 				t.Fatalf("approve: %d %s", st, body)
 			}
 			waitUntil(t, "hub-a crashed at "+point, func() bool { return strings.Contains(logA.String(), "crash at "+point) })

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/agent"
 	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
@@ -302,11 +303,13 @@ nodes: ["n1", "n2"]
 
 // TestABurstOfCommitsIsOneEvent: with quiescence_seconds, the generations
 // a burst of commits gives a BRC become one rollout, of the last
-// generation, started once the BRC saw no newer commit for that long.
+// generation, started once the BRC saw no newer commit for that long. The
+// hub's clock is a fake one that stands still while the burst is pushed:
+// however slow the pushes, the window ends only when the test says so.
 func TestABurstOfCommitsIsOneEvent(t *testing.T) {
 	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
 	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
-	const quiet = 2 * time.Second
+	const quiet = 30 * time.Second
 	files := dbFleet()
 	brc := func(version string) string {
 		return fmt.Sprintf("kind: \"trigger\"\nname: \"db\"\nblock_name: \"db\"\ntarget_version: %q\nmax_concurrent: 3\nquiescence_seconds: %d\n", version, int(quiet.Seconds()))
@@ -314,21 +317,39 @@ func TestABurstOfCommitsIsOneEvent(t *testing.T) {
 	files["brc/db.cue"] = brc("1")
 	remote := gittest.NewRemote(t, files)
 	nodes := []string{"n1", "n2", "n3"}
-	f := startFleetCfg(t, remote, "unix://"+redistest.Start(t).Addr, nodes, nil, func(c *hub.Config) {
+	// a day ahead: attempt deadlines (hub time) stay in the agents' future
+	clk := clock.NewFake(time.Now().UTC().Add(24 * time.Hour).Truncate(time.Second))
+	f := startFleetCfg(t, remote, "unix://"+redistest.Start(t).Addr, nodes, clk, func(c *hub.Config) {
 		c.ReconcileInterval = hub.Duration(200 * time.Millisecond)
+		c.LeaseTTL = hub.Duration(time.Hour) // the fake clock jumps: the lease must outlive the jumps
 	})
+	waitQuiet := func(commit string) {
+		t.Helper()
+		waitFile(t, remote, "status/summary.yaml", func(s string) bool {
+			return strings.Contains(s, "applied: "+commit) && strings.Contains(s, "reason: quiescence")
+		})
+	}
+	waitQuiet(gittest.Head(t, remote))
+	if _, _, err := f.hub.Engine().Rollout(context.Background(), "db-g1"); err == nil {
+		t.Fatal("db-g1 started inside its quiescence")
+	}
+	clk.Advance(quiet)
 	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
-	var last time.Time
 	for _, v := range []string{"2", "3", "4"} {
-		gittest.Push(t, remote, map[string]string{"brc/db.cue": brc(v)}, nil, "db "+v)
-		last = time.Now()
-		time.Sleep(300 * time.Millisecond)
+		waitQuiet(gittest.Push(t, remote, map[string]string{"brc/db.cue": brc(v)}, nil, "db "+v))
 	}
-	r, _ := f.waitRollout(t, "db-g4", fleetwave.RolloutCompleted)
-	if early := last.Add(quiet); r.CreatedAt.Before(early.Add(-200 * time.Millisecond)) {
-		t.Fatalf("db-g4 created at %v, before the burst's last commit plus quiescence (%v)", r.CreatedAt, early)
-	}
+	clk.Advance(quiet - time.Second)
+	time.Sleep(500 * time.Millisecond) // a few reconciles
 	rs, err := f.hub.Engine().Rollouts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("%d rollouts before the burst's quiescence passed, want db-g1 only", len(rs))
+	}
+	clk.Advance(time.Second)
+	f.waitRollout(t, "db-g4", fleetwave.RolloutCompleted)
+	rs, err = f.hub.Engine().Rollouts(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
