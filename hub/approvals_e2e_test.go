@@ -518,7 +518,7 @@ reconcile_interval: 200ms
 			})
 			t.Logf("hub-b started after %v", time.Since(t0).Round(time.Millisecond))
 			waitUntil(t, "hub-a gates db 1", func() bool {
-				s, _ := gittest.ReadFile(t, remote, "status/summary.yaml")
+				s, _ := readStatus(t, remote, "status/summary.yaml")
 				return strings.Contains(s, "approval_required")
 			})
 			t.Logf("gated after %v", time.Since(t0).Round(time.Millisecond))
@@ -593,7 +593,7 @@ func TestUnsignedChangesAreRefusedWhenSignaturesAreRequired(t *testing.T) {
 	// a signed commit on top does not make the unsigned change acceptable
 	pushSigned(t, remote, alice, "Alice", map[string]string{"nodes/n1.cue": "kind: \"node\"\nname: \"n1\"\nlabels: { tier: \"web\" }\n"}, "touch n1, signed")
 	time.Sleep(time.Second)
-	if s, _ := gittest.ReadFile(t, remote, "status/summary.yaml"); !strings.Contains(s, "result: rejected") {
+	if s, _ := readStatus(t, remote, "status/summary.yaml"); !strings.Contains(s, "result: rejected") {
 		t.Fatalf("a signed commit on top of an unsigned change was applied:\n%s", s)
 	}
 	// the file the unsigned commit changed, written again by a signed one

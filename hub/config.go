@@ -15,6 +15,10 @@ import (
 	"github.com/fleetwave/fleetwave/gitsync"
 )
 
+// DefaultStatusBranch is where status commits go unless repo.status_branch
+// says otherwise.
+const DefaultStatusBranch = "fleetwave/status"
+
 // Approval scopes (approval.scope).
 const (
 	ApprovalScopeConfig = "config"
@@ -150,8 +154,10 @@ type RepoConfig struct {
 	URL          string   `yaml:"url"`
 	Branch       string   `yaml:"branch"`
 	PollInterval Duration `yaml:"poll_interval"`
-	// StatusBranch, when set, receives the status commits instead of the
-	// tracked branch (an orphan branch holding only status/).
+	// StatusBranch receives the status commits (default fleetwave/status:
+	// an orphan branch holding only status/), so the tracked branch carries
+	// only people's commits and the hub's commits of API writes; the
+	// tracked branch's own name (e.g. main) puts status there instead.
 	StatusBranch string `yaml:"status_branch"`
 	// NoWatch turns off watching a local remote (then only polling and the
 	// webhook notice pushes).
@@ -216,6 +222,9 @@ func LoadConfig(path string) (Config, error) {
 func (c *Config) SetDefaults() {
 	if c.Repo.Branch == "" {
 		c.Repo.Branch = "main"
+	}
+	if c.Repo.StatusBranch == "" {
+		c.Repo.StatusBranch = DefaultStatusBranch
 	}
 	if c.Repo.PollInterval == 0 {
 		c.Repo.PollInterval = Duration(5 * time.Second)

@@ -126,7 +126,7 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			doc := waitFile(t, remote, "status/rollouts/web-g1.yaml", func(s string) bool {
 				return strings.Contains(s, "status: completed") && strings.Contains(s, "done: 3") && strings.Contains(s, "total: 3")
 			})
-			if msg := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "-1", "--format=%B", "main"); !strings.Contains(msg, "Fleetwave-Fence: ") || !strings.Contains(msg, "Fleetwave-Generation: trigger/web@1") {
+			if msg := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "-1", "--format=%B", hub.DefaultStatusBranch); !strings.Contains(msg, "Fleetwave-Fence: ") || !strings.Contains(msg, "Fleetwave-Generation: trigger/web@1") {
 				t.Fatalf("status commit message lacks its trailers:\n%s", msg)
 			}
 			if strings.Contains(doc, "node: n1\n    version") || strings.Contains(doc, "command:") {
@@ -177,7 +177,7 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 				t.Fatalf("status writes read rollouts %v times after web-g1 finished, want %v", reads, readsBefore)
 			}
 			// ... and its committed document stayed as it was.
-			if doc, ok := gittest.ReadFile(t, remote, "status/rollouts/web-g1.yaml"); !ok || !strings.Contains(doc, "status: completed") || !strings.Contains(doc, "done: 3") {
+			if doc, ok := readStatus(t, remote, "status/rollouts/web-g1.yaml"); !ok || !strings.Contains(doc, "status: completed") || !strings.Contains(doc, "done: 3") {
 				t.Fatalf("status/rollouts/web-g1.yaml after a later status write (found %v):\n%s", ok, doc)
 			}
 			if snap := f.hub.Snapshot(); snap.Commit != good || snap.Generation("trigger/web") != 1 {
@@ -310,11 +310,26 @@ func (f *runningFleet) waitRollout(t *testing.T, id string, want fleetwave.Rollo
 	}
 }
 
+// readStatus reads a status file from the status branch (the default,
+// hub.DefaultStatusBranch), or from main when the hub writes status there.
+func readStatus(t *testing.T, remote, path string) (string, bool) {
+	t.Helper()
+	if s, ok := gittest.ReadFileAt(t, remote, hub.DefaultStatusBranch, path); ok {
+		return s, true
+	}
+	return gittest.ReadFile(t, remote, path)
+}
+
+// waitFile waits until path on the remote (a status file on the status
+// branch, another on main) satisfies ok.
 func waitFile(t *testing.T, remote, path string, ok func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		s, found := gittest.ReadFile(t, remote, path)
+		if strings.HasPrefix(path, "status/") {
+			s, found = readStatus(t, remote, path)
+		}
 		if found && ok(s) {
 			return s
 		}

@@ -69,7 +69,8 @@ func TestHumanPushesAreNeverLostWhileTheHubWritesStatus(t *testing.T) {
 	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
 	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	remote := gittest.NewRemote(t, dbFleet())
-	f := startFleet(t, remote, "embedded", []string{"n1", "n2", "n3"})
+	// status on the branch people push to: where the races are
+	f := startFleetCfg(t, remote, "embedded", []string{"n1", "n2", "n3"}, nil, func(c *hub.Config) { c.Repo.StatusBranch = "main" })
 	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
 	var wg sync.WaitGroup
 	const pushers, each = 3, 4
@@ -148,7 +149,7 @@ func TestTotalRedisLoss(t *testing.T) {
 // lastFence reads the Fleetwave-Fence trailer of the newest status commit.
 func lastFence(t *testing.T, remote string) int64 {
 	t.Helper()
-	out := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "-1", "--grep", "^status:", "--format=%(trailers:key=Fleetwave-Fence,valueonly)", "main")
+	out := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "-1", "--grep", "^status:", "--format=%(trailers:key=Fleetwave-Fence,valueonly)", hub.DefaultStatusBranch)
 	var f int64
 	fmt.Sscan(strings.TrimSpace(out), &f)
 	return f

@@ -137,6 +137,11 @@ type PlanRequest struct {
 	Base   string // "" = merge base of Head with origin/<Branch> (else <Branch>)
 	Head   string // "" = HEAD
 	Now    time.Time
+	// StatusBranch is where the hub commits status (default
+	// DefaultStatusBranch): plan reads it as origin/<StatusBranch> when the
+	// clone has it, else the status/ files at Base (status on the tracked
+	// branch).
+	StatusBranch string
 	// ApprovalRequired, when set, overrides the approval policy the hub
 	// committed in status (approval.required of hub.yaml): config rollouts
 	// are then reported as needing an approved request.
@@ -200,8 +205,20 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 
 	obs := fleetwave.Observations{}
 	st := planStatus{}
-	if baseHash != "" {
-		status, err := repo.StatusFiles(ctx, baseHash)
+	statusAt := baseHash
+	sb := req.StatusBranch
+	if sb == "" {
+		sb = DefaultStatusBranch
+	}
+	if sb != branch {
+		if c, err := repo.Resolve("refs/remotes/origin/" + sb); err == nil {
+			statusAt = c
+		} else if c, err := repo.Resolve(sb); err == nil {
+			statusAt = c
+		}
+	}
+	if statusAt != "" {
+		status, err := repo.StatusFiles(ctx, statusAt)
 		if err != nil {
 			return nil, err
 		}

@@ -292,10 +292,10 @@ nodes: ["n1", "n2"]
 	if _, err := f.hub.Engine().RolloutRecord(context.Background(), "manual-backup-now"); err == nil {
 		t.Fatal("the request's rollout was created again")
 	}
-	if after, _ := gittest.ReadFile(t, remote, "status/rollouts/manual-backup-now.yaml"); after != doc {
+	if after, _ := readStatus(t, remote, "status/rollouts/manual-backup-now.yaml"); after != doc {
 		t.Fatalf("the request's status document changed:\nbefore:\n%s\nafter:\n%s", doc, after)
 	}
-	summary, _ := gittest.ReadFile(t, remote, "status/summary.yaml")
+	summary, _ := readStatus(t, remote, "status/summary.yaml")
 	if !strings.Contains(summary, "rollout: manual-backup-now") {
 		t.Fatalf("the request's record left status/summary.yaml:\n%s", summary)
 	}

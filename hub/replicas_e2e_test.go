@@ -248,10 +248,10 @@ reconcile_interval: 200ms
 }
 
 // statusFences lists the Fleetwave-Fence trailer of every status commit
-// on main, oldest first.
+// on the status branch, oldest first.
 func statusFences(t *testing.T, remote string) []int64 {
 	t.Helper()
-	out := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "--first-parent", "--reverse", "--format=%(trailers:key=Fleetwave-Fence,valueonly)", "main")
+	out := gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "log", "--first-parent", "--reverse", "--format=%(trailers:key=Fleetwave-Fence,valueonly)", hub.DefaultStatusBranch)
 	var fences []int64
 	for _, line := range strings.Split(out, "\n") {
 		if v, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64); err == nil {

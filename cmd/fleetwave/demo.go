@@ -157,7 +157,8 @@ Watch a rollout run in waves, then push a change:
   git clone %s %s
   cd %s && sed -i 's/1.4.0/1.5.0/' brc/operator-rollout.cue
   git commit -am "operator 1.5.0" && git push
-Status commits appear on main:  git -C %s log --oneline main
+Status commits go to their own branch:  git -C %s log --oneline fleetwave/status
+  (main keeps people's commits only)
 Stop with Ctrl-C.
 
 `, url, remote, len(nodes), filepath.Join(dir, "agents"), o.redis,

@@ -51,8 +51,8 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 	remote := filepath.Join(dir, "remote.git")
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		log := gitOut(t, "-C", remote, "log", "--format=%s", "main")
-		doc := gitOut(t, "-C", remote, "show", "main:status/rollouts/operator-rollout-g1.yaml")
+		log := gitOut(t, "-C", remote, "log", "--format=%s", "fleetwave/status")
+		doc := gitOut(t, "-C", remote, "show", "fleetwave/status:status/rollouts/operator-rollout-g1.yaml")
 		if strings.Contains(log, "status: ") && strings.Contains(doc, "status: completed") && strings.Contains(doc, "done: 12") {
 			break
 		}
@@ -65,6 +65,10 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 			t.Fatalf("no completed status commit in time\nlog:\n%s\nstatus:\n%s\nstdout:\n%s\nstderr:\n%s", log, doc, stdout.String(), stderr.String())
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	// the branch people push to carries only people's commits
+	if main := gitOut(t, "-C", remote, "log", "--format=%s", "main"); strings.Contains(main, "status: ") {
+		t.Fatalf("status commits on main:\n%s", main)
 	}
 	cancel()
 	select {

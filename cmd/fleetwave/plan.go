@@ -10,7 +10,7 @@ import (
 )
 
 func planCmd(stdout io.Writer) *cobra.Command {
-	var base, head, branch, format, output string
+	var base, head, branch, statusBranch, format, output string
 	var approvalGate, approvalRequired bool
 	cmd := &cobra.Command{
 		Use:   "plan [--base REV] [--head REV] [DIR]",
@@ -32,7 +32,7 @@ exist for them. Observations come from the status/ files the hub committed. Exit
 			if format != "text" && format != "markdown" {
 				return usageError{"--format must be text or markdown", "fleetwave plan --format markdown"}
 			}
-			req := hub.PlanRequest{Dir: dir, Branch: branch, Base: base, Head: head, Now: time.Now()}
+			req := hub.PlanRequest{Dir: dir, Branch: branch, StatusBranch: statusBranch, Base: base, Head: head, Now: time.Now()}
 			switch {
 			case cmd.Flags().Changed("approval-required"):
 				req.ApprovalRequired = &approvalRequired
@@ -55,6 +55,7 @@ exist for them. Observations come from the status/ files the hub committed. Exit
 	cmd.Flags().StringVar(&base, "base", "", "base revision (default: merge base of HEAD with the tracked branch)")
 	cmd.Flags().StringVar(&head, "head", "", "head revision (default: HEAD)")
 	cmd.Flags().StringVar(&branch, "branch", "main", "the tracked branch")
+	cmd.Flags().StringVar(&statusBranch, "status-branch", hub.DefaultStatusBranch, "the branch the hub commits status to (its hub.yaml repo.status_branch)")
 	cmd.Flags().StringVar(&format, "format", "text", "text or markdown (for a pull-request comment)")
 	cmd.Flags().BoolVar(&approvalRequired, "approval-required", false, "assume hub.yaml's approval.required (default: the policy the hub committed in status)")
 	cmd.Flags().BoolVar(&approvalGate, "approval-gate", false, "same as --approval-required=true")

@@ -125,9 +125,25 @@ func Push(t testing.TB, url string, files map[string]string, deletes []string, m
 // the file exists there.
 func ReadFile(t testing.TB, url, path string) (string, bool) {
 	t.Helper()
-	dir := fetchTo(t, url)
-	cmd := exec.Command("git", "cat-file", "blob", "FETCH_HEAD:"+path)
-	cmd.Dir = dir
+	return ReadFileAt(t, url, "main", path)
+}
+
+// ReadFileAt returns the content of path at the tip of branch of url and
+// whether the file (and the branch) exists. A file:// remote is read in
+// place; another is fetched first.
+func ReadFileAt(t testing.TB, url, branch, path string) (string, bool) {
+	t.Helper()
+	var cmd *exec.Cmd
+	if dir, ok := strings.CutPrefix(url, "file://"); ok {
+		cmd = exec.Command("git", "--git-dir", dir, "cat-file", "blob", "refs/heads/"+branch+":"+path)
+	} else {
+		dir := fetchBranch(t, url, branch)
+		if dir == "" {
+			return "", false
+		}
+		cmd = exec.Command("git", "cat-file", "blob", "FETCH_HEAD:"+path)
+		cmd.Dir = dir
+	}
 	cmd.Env = Env()
 	out, err := cmd.Output()
 	if err != nil {
@@ -166,6 +182,17 @@ func fetchTo(t testing.TB, url string) string {
 	dir := filepath.Join(t.TempDir(), "read.git")
 	Git(t, "", "init", "--quiet", "--bare", dir)
 	Git(t, dir, "fetch", "--quiet", "--no-tags", url, "refs/heads/main")
+	return dir
+}
+
+// fetchBranch is fetchTo for branch; "" when the branch does not exist.
+func fetchBranch(t testing.TB, url, branch string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "read.git")
+	Git(t, "", "init", "--quiet", "--bare", dir)
+	if _, err := run(dir, "fetch", "--quiet", "--no-tags", url, "refs/heads/"+branch); err != nil {
+		return ""
+	}
 	return dir
 }
 
