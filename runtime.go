@@ -2,7 +2,7 @@ package fleetwave
 
 import "time"
 
-// ItemStatus is the state of an item (DESIGN §2).
+// ItemStatus is the state of an item (docs/contract.md#item).
 type ItemStatus string
 
 // Item states.
@@ -72,7 +72,7 @@ const (
 	SourceApproval  ItemSource = "approval"
 )
 
-// ResultClass classifies the outcome of an attempt (DESIGN §2).
+// ResultClass classifies the outcome of an attempt (docs/contract.md#item).
 type ResultClass string
 
 // Result classes: exit 0 = success, 75 = transient, other non-zero = permanent;
@@ -312,6 +312,9 @@ type Item struct {
 	// config_schema error of its rendered config; it names fields, never
 	// values).
 	Message string `json:"message,omitempty"`
+	// Output is the tail of the last failed attempt's output, redacted by
+	// the agent (every value of the rendered config hidden).
+	Output string `json:"output,omitempty"`
 }
 
 // Attempt is one dispatch of an item to an agent.

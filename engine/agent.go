@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -162,7 +163,7 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	}
 	c := &completion{
 		args: []any{node, res.AttemptID, fenceArg(res.Fence), string(res.Class), res.ExitCode,
-			e.jitter(), inst, max(instAt, 0), instGen, instVer, instState},
+			e.jitter(), inst, max(instAt, 0), instGen, instVer, instState, outputTail(res)},
 		done: make(chan struct{}, 1),
 	}
 	e.cq.mu.Lock()
@@ -189,12 +190,33 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	return nil
 }
 
+// MaxOutputTail bounds the output tail an item keeps of its last failed
+// attempt (the agent sends a redacted tail; the engine keeps its end).
+const MaxOutputTail = 2048
+
+// outputTail is what a result leaves on its item: the end of a failed
+// attempt's output, at most MaxOutputTail bytes cut at a rune boundary;
+// nothing for a success.
+func outputTail(res fleetwave.AttemptResult) string {
+	if res.Class == fleetwave.ResultSuccess {
+		return ""
+	}
+	out := res.Output
+	if len(out) > MaxOutputTail {
+		out = out[len(out)-MaxOutputTail:]
+		for i := 0; i < len(out) && i < 4 && !utf8.RuneStart(out[i]); i++ {
+			out = out[1:]
+		}
+	}
+	return out
+}
+
 // completeBatch bounds the results of one complete script.
 const completeBatch = 256
 
 // completion is one Complete in the group-commit queue.
 type completion struct {
-	args []any // the result's 11 script fields
+	args []any // the result's 12 script fields
 	err  error
 	lead bool          // set before done is signalled: run the queue next
 	done chan struct{} // capacity 1: committed (or failed), or lead
@@ -241,7 +263,7 @@ func (e *Engine) leadCompletions(ctx context.Context, own *completion) {
 // runCompletions commits one group with complete.lua and sets each
 // result's error.
 func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
-	args := make([]any, 0, 6+11*len(batch))
+	args := make([]any, 0, 6+12*len(batch))
 	args = append(args, e.base.Milliseconds(), e.max.Milliseconds(), e.grace.Milliseconds(),
 		DefaultActionTimeout.Milliseconds(), batchLimit, len(batch))
 	for _, c := range batch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -967,7 +968,7 @@ func TestABrokenResultFailsAlone(t *testing.T) {
 		}
 		var batch []*completion
 		for _, a := range as {
-			batch = append(batch, &completion{args: []any{a.Node, a.ID, fenceArg(a.Fence), "success", 0, 0.5, "", 0, a.Generation, a.TargetVersion, ""}})
+			batch = append(batch, &completion{args: []any{a.Node, a.ID, fenceArg(a.Fence), "success", 0, 0.5, "", 0, a.Generation, a.TargetVersion, "", ""}})
 		}
 		h.e.runCompletions(h.ctx, batch) // one group, as concurrent Completes would be
 		fine, broken := batch[0], batch[1]
@@ -981,5 +982,36 @@ func TestABrokenResultFailsAlone(t *testing.T) {
 			t.Fatalf("the other item is %s", it.Status)
 		}
 		h.check() // counters still add up
+	})
+}
+
+// TestAFailureKeepsTheTailOfItsOutput: a failed attempt's output (the
+// agent's redacted tail) stays on its item, cut to its last
+// MaxOutputTail bytes; a success keeps none.
+func TestAFailureKeepsTheTailOfItsOutput(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		_, ids := h.create(spec("out", 2, "web", 1, 2, 0))
+		h.step()
+		as := h.pollAll(2)
+		long := strings.Repeat("x", MaxOutputTail) + "the end"
+		res := resultOf(as[0], fleetwave.ResultPermanent)
+		res.Output, res.ExitCode = long, 3
+		if err := h.e.Complete(h.ctx, as[0].Node, res); err != nil {
+			t.Fatal(err)
+		}
+		ok := resultOf(as[1], fleetwave.ResultSuccess)
+		ok.Output = "fine"
+		if err := h.e.Complete(h.ctx, as[1].Node, ok); err != nil {
+			t.Fatal(err)
+		}
+		failed, done := h.item(as[0].Item), h.item(as[1].Item)
+		if len(failed.Output) != MaxOutputTail || !strings.HasSuffix(failed.Output, "the end") {
+			t.Fatalf("failed item output: %d bytes, ends %q", len(failed.Output), failed.Output[max(0, len(failed.Output)-10):])
+		}
+		if done.Output != "" {
+			t.Fatalf("a success kept output %q", done.Output)
+		}
+		_ = ids
 	})
 }

@@ -293,6 +293,7 @@ func decodeItem(m map[string]string) fleetwave.Item {
 		LastClass:     fleetwave.ResultClass(m["last_class"]),
 		DesiredState:  fleetwave.DesiredState(m["desired_state"]),
 		Message:       m["message"],
+		Output:        m["output"],
 	}
 }
 

@@ -1,9 +1,10 @@
 -- complete: the results of agents, in a batch. ARGV[4] backoff base ms,
 -- [5] backoff max ms, [6] delivery grace ms, [7] default action timeout
--- ms, [8] scan limit, [9] result count n, then 11 fields per result: node,
+-- ms, [8] scan limit, [9] result count n, then 12 fields per result: node,
 -- attempt id, attempt fence, class, exit code, jitter, observed instance
 -- json ("" = none), its updated_at (agent ms), its generation (-1 = no
--- instance reported), its version, its state.
+-- instance reported), its version, its state, the tail of the command's
+-- output (redacted by the agent; kept on the item for a failure).
 -- Each result is checked against its attempt and item on its own, in
 -- order, exactly as if it came alone. Health gate: a success counts as
 -- done only when the instance the agent reports agrees with the item: its
@@ -70,8 +71,9 @@ local function result(b)
     end
   elseif class == 'transient' then
     transient(it, BASE, MAXB, tonumber(ARGV[b + 6]))
+    redis.call('HSET', k_i(it.id), 'output', ARGV[b + 12])
   else
-    finish(it, 'blocked', 'permanent_failure', 'last_class', 'permanent')
+    finish(it, 'blocked', 'permanent_failure', 'last_class', 'permanent', 'output', ARGV[b + 12])
   end
   local lk = it.rollout .. '\n' .. (it.managed_by or '')
   if not lanes[lk] then
@@ -85,7 +87,7 @@ GATHER = { dl = {}, lf = {} }
 for i = 0, n - 1 do
   -- a result that breaks (corrupt data) fails alone: what it wrote before
   -- the error stays (Redis does not roll a script back), the others go on
-  local ok, st = pcall(result, 9 + i * 11)
+  local ok, st = pcall(result, 9 + i * 12)
   if not ok then
     st = 'error: ' .. tostring(st)
   end
