@@ -3,7 +3,7 @@
 // snapshots and generations, rollouts, items, attempts and reports.
 //
 // The package has no I/O and no logging; it imports only the standard library.
-// Its names are the names of ../DESIGN.md §1, used the same way in files, the
+// Its names are the names of docs/contract.md#vocabulary, used the same way in files, the
 // API, the console and the logs.
 package fleetwave
 
@@ -25,7 +25,7 @@ const AgentBlock = "fleetwave-agent"
 // Kind names the kind of a repository object (the `kind` field of its file).
 type Kind string
 
-// The kinds of objects a config repository holds (DESIGN §3).
+// The kinds of objects a config repository holds (docs/contract.md#the-config-repository).
 const (
 	KindConfig       Kind = "config"       // fleetwave.cue: global defaults (a BRC of kind config)
 	KindTrigger      Kind = "trigger"      // brc/<name>: a rollout rule (a BRC of kind trigger)
@@ -188,7 +188,7 @@ type Config struct {
 	Enablement *Enablement `json:"enablement,omitempty"`
 }
 
-// Enablement is the staged enablement of kind:config (DESIGN §6): with it,
+// Enablement is the staged enablement of kind:config (docs/contract.md#rules): with it,
 // lifecycle actions (install, start, stop, uninstall, takeover) run only on
 // the nodes of Lifecycle, config actions (upgrade, apply, rollback, a
 // trigger's action_name) only on those of ConfigApply; a nil scope enables
@@ -378,7 +378,7 @@ type Snapshot struct {
 	Approvals     map[string]*ApprovalRequest
 	// Objects lists every object of the tree with its path and content hash.
 	Objects map[ObjectKey]Object
-	// Generations holds each object's generation at Commit (DESIGN §1); an
+	// Generations holds each object's generation at Commit (docs/contract.md#vocabulary); an
 	// object missing from the map has generation 0 (not yet computed).
 	Generations map[ObjectKey]int64
 }

@@ -28,7 +28,7 @@
 // process of the same hub id is fenced out like any other.
 //
 // The fence never goes back, even when Redis restarts without its data
-// (DESIGN §6; a new epoch after any restart): Campaign raises a missing or
+// (docs/contract.md#leader-lease: a new epoch after any restart): Campaign raises a missing or
 // lower epoch to a floor (the highest of WithFenceFloor's answer, e.g. the
 // fences of the status commits in Git, and the highest fence this Engine
 // held) so the new fence is above it, and it records the server's run_id
@@ -218,7 +218,7 @@
 //
 // # Placement
 //
-// Placement fails closed (DESIGN §6). Before an item with Requires or a
+// Placement fails closed (docs/contract.md#rules). Before an item with Requires or a
 // Group is dispatched, the last full report of its node (obs) must
 // advertise every requirement: a capability, or "address:<name>" for
 // DataAddresses[<name>]; a node that never reported lacks everything. A

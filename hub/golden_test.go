@@ -30,7 +30,7 @@ import (
 // and validated by schema.(*Validator).LoadDir; observed.yaml holds the
 // agents' full reports; case.yaml says what to run. want.golden is the
 // expected result in a line format meant to be read and reviewed: it is an
-// assertion about the rules of DESIGN.md, not a snapshot of whatever the
+// assertion about the rules of docs/contract.md, not a snapshot of whatever the
 // code does. Refresh it with
 //
 //	go test ./hub -run TestReconcileGolden -update

@@ -53,7 +53,7 @@ type redisBackend struct {
 	managed *managedRedis // nil unless mode is managed
 }
 
-// openRedis connects to Redis in one of the three modes of DESIGN §4. The
+// openRedis connects to Redis in one of the three modes of docs/contract.md#interfaces. The
 // code above it is the same whatever the mode. Whatever the mode, the hub
 // holds the lock of its data dir (the git mirror and the credentials are
 // in it too) until the backend is closed.

@@ -16,7 +16,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 )
 
-// Limits of DESIGN §6 and of the name rules.
+// Limits of the rules (docs/contract.md#rules) and of the name rules.
 const (
 	maxLabels   = 16
 	maxLabelLen = 63

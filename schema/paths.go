@@ -8,7 +8,7 @@ import (
 )
 
 // folders maps each object folder of a config repository to the kind of the
-// objects it holds (DESIGN §3).
+// objects it holds (docs/contract.md#the-config-repository).
 var folders = map[string]fleetwave.Kind{
 	"brc":           fleetwave.KindTrigger,
 	"blocks":        fleetwave.KindBlock,

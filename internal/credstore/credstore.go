@@ -1,6 +1,6 @@
 // Package credstore is a small durable, encrypted store of generated
 // credentials keyed by (scope, name), for values that must outlive Redis and
-// must not enter Git in plain text (DESIGN §4).
+// must not enter Git in plain text (docs/contract.md#status-written-back).
 //
 // The whole store is one file in a directory, sealed with AES-256-GCM under
 // a 32-byte key the caller provides, and replaced atomically on each new
