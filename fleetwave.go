@@ -171,13 +171,16 @@ type Window struct {
 
 // Config is the kind:config BRC (fleetwave.cue): global defaults.
 type Config struct {
-	Name                    string            `json:"name"`
-	MaxConcurrent           int               `json:"max_concurrent,omitempty"`
-	FailureThresholdPercent float64           `json:"failure_threshold_percent,omitempty"`
-	MaxRetries              int               `json:"max_retries,omitempty"`
-	BackoffText             string            `json:"backoff,omitempty"`
-	Backoff                 time.Duration     `json:"-"`
-	MaintenanceWindows      map[string]Window `json:"maintenance_windows,omitempty"`
+	Name                    string  `json:"name"`
+	MaxConcurrent           int     `json:"max_concurrent,omitempty"`
+	FailureThresholdPercent float64 `json:"failure_threshold_percent,omitempty"`
+	// FailureThreshold halts a rollout once that many items failed
+	// (0 = no count; either threshold reached halts it).
+	FailureThreshold   int               `json:"failure_threshold,omitempty"`
+	MaxRetries         int               `json:"max_retries,omitempty"`
+	BackoffText        string            `json:"backoff,omitempty"`
+	Backoff            time.Duration     `json:"-"`
+	MaintenanceWindows map[string]Window `json:"maintenance_windows,omitempty"`
 	// ReconcileMode is "observe" (dispatch nothing) or "enforce".
 	ReconcileMode string `json:"reconcile_mode,omitempty"`
 	// PriorityOrder lists criticalities in dispatch order.
@@ -304,6 +307,7 @@ type Trigger struct {
 	MaxConcurrent           int          `json:"max_concurrent,omitempty"`
 	MaxConcurrentPercent    float64      `json:"max_concurrent_percent,omitempty"`
 	FailureThresholdPercent float64      `json:"failure_threshold_percent,omitempty"`
+	FailureThreshold        int          `json:"failure_threshold,omitempty"`
 	MaxRetries              int          `json:"max_retries,omitempty"`
 	MaintenanceWindow       string       `json:"maintenance_window,omitempty"`
 	BypassMaintenanceWindow bool         `json:"bypass_maintenance_window,omitempty"`

@@ -206,8 +206,11 @@ type RolloutSpec struct {
 	BaseID        string        `json:"base_id"`
 	Source        RolloutSource `json:"source"`
 	MaxConcurrent int           `json:"max_concurrent"`
-	// FailureThresholdPercent halts the rollout once exceeded (0 = off).
+	// FailureThresholdPercent halts the rollout once exceeded (0 = off);
+	// FailureThreshold once that many items failed (0 = off): either one
+	// reached halts it.
 	FailureThresholdPercent float64    `json:"failure_threshold_percent,omitempty"`
+	FailureThreshold        int        `json:"failure_threshold,omitempty"`
 	MaxRetries              int        `json:"max_retries,omitempty"`
 	Items                   []ItemSpec `json:"items"`
 	// ObservedVersion is the engine's change counter read with the
@@ -274,6 +277,7 @@ type Rollout struct {
 	Source                  RolloutSource `json:"source"`
 	MaxConcurrent           int           `json:"max_concurrent"`
 	FailureThresholdPercent float64       `json:"failure_threshold_percent,omitempty"`
+	FailureThreshold        int           `json:"failure_threshold,omitempty"`
 	Wave                    int           `json:"wave"` // number of the current (last started) wave
 	// Hold, when set, keeps the rollout from dispatching (e.g. claim: until
 	// its record is committed to Git).

@@ -178,19 +178,22 @@
 // order: the rollout completes when nothing is pending or in flight (every
 // item is terminal); otherwise, per lane, the current wave is done when
 // none of the lane's items is in flight (in_progress, retrying, ambiguous).
+// Only then does the rollout halt (blocked, reason failure_threshold, when
+// the items failed since the last resume reach failure_threshold, a count,
+// or exceed failure_threshold_percent of the items not finished at that
+// resume: whichever comes first) or the lane start its next wave: the
+// first max_concurrent pending items in dispatch order (the caller's
+// priority order; an item made pending again keeps its position) whose
+// window is open, whose node is not draining and whose budget has room
+// get an attempt each. A lane therefore never has more than max_concurrent
+// items in flight (except a split group larger than max_concurrent, which
+// runs alone in its wave).
+//
 // The health gate (complete.lua, report.lua) counts a success done only
 // when the instance its agent reports shows the item in effect: generation
 // at least the item's, its target version, its desired state; otherwise
 // the item stays in progress (report_mismatch) until a full report shows
 // it, or its deadline makes it ambiguous.
-// Only then does the rollout halt (blocked, reason failure_threshold, when
-// failed items since the last resume exceed failure_threshold_percent of
-// the items not finished at that resume) or the lane start its next wave:
-// the first max_concurrent pending items in dispatch order (the caller's
-// priority order; an item made pending again keeps its position) whose
-// window is open get an attempt each. A lane therefore never has more than
-// max_concurrent items in flight (except a split group larger than
-// max_concurrent, which runs alone in its wave).
 //
 // Results are committed in groups (group commit): concurrent Completes
 // share one run of complete.lua, each result checked on its own, and the

@@ -224,3 +224,42 @@ func TestAHeldRolloutDispatchesNothingUntilReleased(t *testing.T) {
 		}
 	})
 }
+
+func TestAFailureCountHaltsTheRollout(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		s := brcSpec("db", 1, 1, "n1", "n2", "n3", "n4")
+		s.FailureThreshold = 2 // "stop after 2 failures", whatever the percentage
+		id, _ := h.create(s)
+		for i := 1; i <= 2; i++ {
+			h.step()
+			as := h.pollAll(4)
+			if len(as) != 1 {
+				t.Fatalf("wave %d polled %v", i, ids(as))
+			}
+			h.complete(as[0], fleetwave.ResultPermanent)
+		}
+		h.step()
+		if as := h.pollAll(4); len(as) != 0 {
+			t.Fatalf("a third item started after 2 failures: %v", ids(as))
+		}
+		r, _ := h.rollout(id)
+		if r.Status != fleetwave.RolloutBlocked || r.Reason != fleetwave.ReasonFailureThreshold || r.FailureThreshold != 2 {
+			t.Fatalf("rollout %s %q threshold %d, want blocked by failure_threshold 2", r.Status, r.Reason, r.FailureThreshold)
+		}
+		// a resume counts failures from there: two more may fail
+		if err := h.e.SetRolloutState(h.ctx, h.fence, id, ActionResume, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		h.step()
+		as := h.pollAll(4)
+		if len(as) != 1 {
+			t.Fatalf("after resume polled %v", ids(as))
+		}
+		h.complete(as[0], fleetwave.ResultPermanent)
+		h.step()
+		if as := h.pollAll(4); len(as) != 1 {
+			t.Fatalf("one failure after the resume halted it: %v", ids(as))
+		}
+	})
+}

@@ -263,6 +263,7 @@ func decodeRollout(m map[string]string) fleetwave.Rollout {
 		UpdatedAt:     msTime(atoi(m["updated_at"])),
 	}
 	r.FailureThresholdPercent, _ = strconv.ParseFloat(m["failure_threshold_percent"], 64)
+	r.FailureThreshold = int(atoi(m["failure_threshold"]))
 	_ = json.Unmarshal([]byte(m["source"]), &r.Source)
 	return r
 }

@@ -62,11 +62,15 @@ type ObjectChange struct {
 
 // PlannedRollout is the rollout one trigger would start, with its waves.
 type PlannedRollout struct {
-	ID            string        `json:"id"`
-	Trigger       string        `json:"trigger"`
-	Generation    int64         `json:"generation"`
-	MaxConcurrent int           `json:"max_concurrent"`
-	Lanes         []PlannedLane `json:"lanes"`
+	ID            string `json:"id"`
+	Trigger       string `json:"trigger"`
+	Generation    int64  `json:"generation"`
+	MaxConcurrent int    `json:"max_concurrent"`
+	// The failure thresholds that would halt it (0 = none): a count of
+	// failed items, a percentage.
+	FailureThreshold        int           `json:"failure_threshold,omitempty"`
+	FailureThresholdPercent float64       `json:"failure_threshold_percent,omitempty"`
+	Lanes                   []PlannedLane `json:"lanes"`
 	// ConfigChange: the rollout changes versions or rendered configs, so
 	// under the approval gate it needs an approved request.
 	ConfigChange     bool `json:"config_change"`
@@ -446,7 +450,8 @@ func objectChanges(base, head *fleetwave.Snapshot) []ObjectChange {
 // engine would start them; an item whose node drains waits apart
 // (node_draining) and takes no place in a wave.
 func plannedRollout(snap *fleetwave.Snapshot, spec fleetwave.RolloutSpec, items []fleetwave.ItemSpec, now time.Time) PlannedRollout {
-	pr := PlannedRollout{ID: spec.BaseID, Trigger: spec.Source.Object.Name(), Generation: spec.Source.Generation, MaxConcurrent: max(spec.MaxConcurrent, 1)}
+	pr := PlannedRollout{ID: spec.BaseID, Trigger: spec.Source.Object.Name(), Generation: spec.Source.Generation, MaxConcurrent: max(spec.MaxConcurrent, 1),
+		FailureThreshold: spec.FailureThreshold, FailureThresholdPercent: spec.FailureThresholdPercent}
 	lanes := map[string][]fleetwave.ItemSpec{}
 	var order []string
 	for _, it := range items {
@@ -601,7 +606,16 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 			}
 			n += len(l.Waiting)
 		}
-		fmt.Fprintf(w, "Rollout %s: trigger %s generation %d, %d item(s), max_concurrent %d\n", code(r.ID), r.Trigger, r.Generation, n, r.MaxConcurrent)
+		halts := ""
+		switch {
+		case r.FailureThreshold > 0 && r.FailureThresholdPercent > 0 && r.FailureThresholdPercent < 100:
+			halts = fmt.Sprintf(", halts after %d failed item(s) or above %g%% failed", r.FailureThreshold, r.FailureThresholdPercent)
+		case r.FailureThreshold > 0:
+			halts = fmt.Sprintf(", halts after %d failed item(s)", r.FailureThreshold)
+		case r.FailureThresholdPercent > 0 && r.FailureThresholdPercent < 100:
+			halts = fmt.Sprintf(", halts above %g%% failed", r.FailureThresholdPercent)
+		}
+		fmt.Fprintf(w, "Rollout %s: trigger %s generation %d, %d item(s), max_concurrent %d%s\n", code(r.ID), r.Trigger, r.Generation, n, r.MaxConcurrent, halts)
 		switch {
 		case r.ApprovalRequired && len(r.Approvals) > 0:
 			fmt.Fprintf(w, "%sapproval: REQUIRED; request(s) for %s at %s: %s\n", bullet, r.Trigger, r.TargetVersion, strings.Join(r.Approvals, ", "))

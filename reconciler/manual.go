@@ -137,6 +137,7 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		Source:                  fleetwave.RolloutSource{Object: rkey, Generation: snap.Generation(rkey), Commit: snap.Commit, Kind: fleetwave.SourceManual},
 		MaxConcurrent:           req.BatchSize,
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
+		FailureThreshold:        firstNonZero(t.FailureThreshold, snap.Config.FailureThreshold),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
 		// the request is the BRC's work too: its cap holds across both
 		Budget:    t.Name,

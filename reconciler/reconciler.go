@@ -195,6 +195,7 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		},
 		MaxConcurrent:           mc,
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
+		FailureThreshold:        firstNonZero(t.FailureThreshold, snap.Config.FailureThreshold),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
 		Budget:                  t.Name,
 		BudgetCap:               mc,

@@ -139,6 +139,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		Source:                  fleetwave.RolloutSource{Object: key, Generation: gen, Commit: snap.Commit, Kind: fleetwave.SourceScheduler},
 		MaxConcurrent:           mc,
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
+		FailureThreshold:        firstNonZero(t.FailureThreshold, snap.Config.FailureThreshold),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
 		Budget:                  t.Name,
 		BudgetCap:               mc,

@@ -130,6 +130,7 @@ local function open_rollout()
   redis.call('HSET', k_r(rid), 'id', rid, 'status', 'active', 'reason', '',
     'source', H.source, 'src_obj', obj, 'src_gen', int(gen), 'src_kind', H.kind or '',
     'max_concurrent', int(H.max_concurrent or 0), 'failure_threshold_percent', H.ftp or '0',
+    'failure_threshold', int(H.ftc or 0),
     'max_retries', int(H.max_retries or 0), 'wave', '0', 'seq', int(seq), 'npos', '0',
     'budget', budget, 'budget_cap', int(H.budget_cap or 0), 'once', once and '1' or '0',
     'hold', H.hold or '',

@@ -303,9 +303,12 @@ local function lane_wave(rid, r, lane)
   else
     -- the threshold counts failures since the last resume
     local thr = num(r.failure_threshold_percent)
+    local count = num(r.failure_threshold)
     local failed = num(r.c_failed) - num(r.thr_failed0)
     local base = num(r.c_total) - num(r.thr_total0)
-    if thr > 0 and failed * 100 > thr * base then
+    -- halted by whichever threshold is reached first: more than thr % of
+    -- the items, or count items, failed since the last resume
+    if (thr > 0 and failed * 100 > thr * base) or (count > 0 and failed >= count) then
       redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', int(NOW))
       redis.call('ZREM', P .. 'active', rid)
       outbox_rollout(rid, 'blocked', 'failure_threshold')
