@@ -724,6 +724,42 @@ func TestStalePlanIsDropped(t *testing.T) {
 	})
 }
 
+// TestAPlanOfANewerGenerationIsStaleWhenAnOlderItemEnds: generation 2 is
+// planned while generation 1's install still runs (the plan reads "not
+// installed": install); the install ends before the plan is recorded. The
+// plan is stale (it would install again), the next one upgrades.
+func TestAPlanOfANewerGenerationIsStaleWhenAnOlderItemEnds(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		h.create(spec("web", 1, "web", 1, 1, 0))
+		h.step()
+		_, before, err := h.e.Observe(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := h.poll("n1")[0]
+		if err := h.e.Complete(h.ctx, "n1", fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultSuccess,
+			Instance: &fleetwave.InstanceStatus{Block: a.Block, Version: a.TargetVersion, ConfigHash: a.ConfigHash, Generation: a.Generation}}); err != nil {
+			t.Fatal(err)
+		}
+		stale := spec("web", 1, "web", 2, 1, 0)
+		stale.Items[0].Action = fleetwave.ActionInstall
+		stale.ObservedVersion = before
+		if id, _ := h.create(stale); id != "" {
+			t.Fatalf("a generation 2 plan made while generation 1 ran created rollout %s", id)
+		}
+		_, after, err := h.e.Observe(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := spec("web", 1, "web", 2, 1, 0)
+		fresh.ObservedVersion = after
+		if id, _ := h.create(fresh); id == "" {
+			t.Fatal("a generation 2 plan made after generation 1 ended created nothing")
+		}
+	})
+}
+
 func TestHealthGateNeedsTheItemsOwnGeneration(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)

@@ -86,9 +86,10 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 //   - a spec is skipped when the instance's last finished item was blocked
 //     or failed at the same generation and config hash (it needs a newer
 //     generation);
-//   - a spec is skipped when an item of the instance at the spec's
-//     generation or newer finished after spec.ObservedVersion: the
-//     observations behind the plan predate that result;
+//   - a spec is skipped when an item of the instance (of any generation)
+//     finished after spec.ObservedVersion: the observations behind the
+//     plan predate that result (an install of generation 1 that ends
+//     while generation 2 is planned makes generation 2 an upgrade);
 //   - a spec with a BlockReason is created as blocked (never dispatched)
 //     unless the instance's last item was already blocked at the same
 //     generation and config hash;

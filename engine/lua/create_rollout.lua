@@ -215,10 +215,10 @@ local function decide(inst, gen, hash, skip, op)
   elseif (inst.last_status == 'blocked' or inst.last_status == 'failed')
       and num(inst.last_gen) == gen and (inst.last_hash or '') == hash then
     return false -- needs a newer generation
-  elseif observed > 0 and num(inst.last_ver) > observed
-      and num(inst.last_gen) >= gen then
-    -- an item of this generation finished after the observations behind
-    -- the plan were read: the plan is stale, the next one decides
+  elseif observed > 0 and num(inst.last_ver) > observed then
+    -- an item of the instance (of any generation: an older install that
+    -- ended makes this one an upgrade) finished after the observations
+    -- behind the plan were read: the plan is stale, the next one decides
     return false
   end
   return true
