@@ -28,6 +28,30 @@ import (
 //     or lists end with ErrTemplateBudget after a counted number of steps
 //     (no clock is involved: the same template fails the same way on any
 //     machine);
+//   - so is the work of every step (MaxRenderWork, counted in units of
+//     about a byte processed), where the sandbox intercepts it: each
+//     filter, method and test call, each operand of a comparison or of in,
+//     each argument of a function call and each slice target is charged
+//     stepWork, plus a unit per byte of the strings and stepWork per
+//     element of the lists and dicts it reads and produces (workOf: gonja
+//     builds a value for each); a filter that iterates a string (sort,
+//     batch...) stepWork per character; an operator (opFunc) stepWork and
+//     a list or dict literal its size (deepSize: both handle elements in
+//     Go); a for-loop 2*stepWork per item it materializes and, per body
+//     execution, a price for the size of its body (priceLoops: nodeWork
+//     per node, and per subscript the pairs of the largest dict literal);
+//     every byte written to the output or captured by a {% set %} or
+//     {% filter %} block one unit. A loop of 1000 upper() calls on a 1 MiB
+//     string ends with ErrTemplateBudget after 32 of them. A charge comes
+//     before the work where the inputs are known, and once a render failed
+//     every charge fails, so a render out of budget stops at its next
+//     step. The sandbox's names in the context (internalPrefix) cannot be
+//     spelled by a template, which therefore can neither call nor shadow
+//     them;
+//   - the value of a {% set %} or {% filter %} block is bounded by
+//     MaxRenderedSize like any other string (gonja captures it without
+//     the output's limit), and recursive for-loops are refused (each level
+//     recurses in Go and captures its output);
 //   - the binary operators are rewritten after parsing into one guarded
 //     function (opFunc) with Jinja2's meaning for lists, dicts and
 //     repetition, which refuses results above MaxRenderedSize before
@@ -61,8 +85,44 @@ var safeControls = sync.OnceValue(func() *exec.ControlStructureSet {
 				if at == nil {
 					at = f.Position()
 				}
+				if f.Recursive {
+					return nil, args.Error("recursive for-loops are not supported", at)
+				}
 				tick := &nodes.ControlStructureBlock{Location: f.Position(), Name: "loop_budget", ControlStructure: &loopTick{loc: at}}
 				f.BodyWrapper.Nodes = append([]nodes.Node{tick}, f.BodyWrapper.Nodes...)
+				if f.ObjectEvaluator != nil {
+					// the work per item: 2*stepWork, plus the price of the if
+					// clause (priceLoops)
+					perItem := *at
+					perItem.Type, perItem.Val = tokens.Integer, strconv.Itoa(2*stepWork)
+					f.ObjectEvaluator = guardCall(at, workFuncName, &nodes.String{Location: at, Val: workLoop}, f.ObjectEvaluator,
+						&nodes.Integer{Location: &perItem, Val: 2 * stepWork})
+				}
+			}
+			return cs, nil
+		}
+	}
+	for _, name := range []string{"set", "filter"} {
+		p, ok := builtins.ControlStructures.Get(name)
+		if !ok {
+			continue
+		}
+		m[name] = func(pp *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+			at := args.Current()
+			cs, err := p(pp, args)
+			if err != nil {
+				return cs, err
+			}
+			body, ok := blockBody(cs)
+			if !ok {
+				return nil, fmt.Errorf("%s blocks are not supported by this sandbox", name)
+			}
+			if body != nil {
+				if at == nil {
+					at = cs.Position()
+				}
+				guard := &nodes.ControlStructureBlock{Location: cs.Position(), Name: "capture_budget", ControlStructure: &captureLimit{loc: at, what: name + " block"}}
+				body.Nodes = append([]nodes.Node{guard}, body.Nodes...)
 			}
 			return cs, nil
 		}
@@ -70,9 +130,53 @@ var safeControls = sync.OnceValue(func() *exec.ControlStructureSet {
 	return exec.NewControlStructureSet(m)
 })
 
+var wrapperType = reflect.TypeOf(&nodes.Wrapper{})
+
+// blockBody returns the body of a set or filter control structure, which
+// gonja keeps in an unexported field (body, bodyWrapper): nil for a set
+// with "=". ok is false for a structure of another shape (a gonja whose
+// internals changed): the caller then refuses the block.
+func blockBody(cs nodes.ControlStructure) (body *nodes.Wrapper, ok bool) {
+	v := reflect.ValueOf(cs)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	for _, name := range []string{"body", "bodyWrapper"} {
+		f := v.Elem().FieldByName(name)
+		if !f.IsValid() || f.Type() != wrapperType || !f.CanAddr() {
+			continue
+		}
+		// the tree is ours until it executes (see guarder.walk)
+		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*nodes.Wrapper), true
+	}
+	return nil, false
+}
+
+// captureLimit is an invisible first statement of the body of every
+// {% set %} and {% filter %} block: gonja renders such a body into a
+// buffer of its own, which the output's limit does not see. It bounds
+// that buffer to MaxRenderedSize bytes, charged as work, like the output.
+type captureLimit struct {
+	loc  *tokens.Token
+	what string
+}
+
+func (c *captureLimit) Position() *tokens.Token { return c.loc }
+func (c *captureLimit) String() string          { return "capture_budget" }
+func (c *captureLimit) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	// r renders the nodes of this body, and only them (ExecuteWrapper
+	// inherits a renderer per body): the writer holds for the rest of it.
+	r.Output = &limitedWriter{w: r.Output, n: MaxRenderedSize, b: budgetOf(r.Environment.Context), what: c.what, line: c.loc.Line, col: c.loc.Col}
+	return nil
+}
+
 // loopTick is an invisible first statement of every for-loop body: it
-// charges one iteration to the render's budget.
-type loopTick struct{ loc *tokens.Token }
+// charges one iteration to the render's budget, and the work of the body
+// (priceLoops) to its work allowance.
+type loopTick struct {
+	loc  *tokens.Token
+	work int // charged per body execution (priceLoops)
+}
 
 func (t *loopTick) Position() *tokens.Token { return t.loc }
 func (t *loopTick) String() string          { return "loop_budget" }
@@ -87,7 +191,107 @@ func (t *loopTick) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) err
 		return b.fail(t.loc.Line, t.loc.Col, &limitError{kind: ErrTemplateBudget,
 			msg: fmt.Sprintf("loop iteration budget of %d exceeded", MaxLoopIterations)})
 	}
-	return nil
+	return b.charge(t.loc.Line, t.loc.Col, "for-loop body", t.work)
+}
+
+// nodeWork is the work of evaluating one node of a template (a statement,
+// an expression, a piece of text) once, beside what its calls are charged:
+// about a quarter of a call.
+const nodeWork = stepWork / 4
+
+var (
+	nodeIface    = reflect.TypeOf((*nodes.Node)(nil)).Elem()
+	dictNodeType = reflect.TypeOf(&nodes.Dict{})
+	forType      = reflect.TypeOf(&controlStructures.ForControlStructure{})
+	lookupTypes  = map[reflect.Type]bool{reflect.TypeOf(&nodes.GetItem{}): true, reflect.TypeOf(&nodes.GetAttribute{}): true}
+)
+
+// priceLoops sets what every for-loop of a parsed (and guarded) template
+// charges, so that the work of a render is bounded however big a loop
+// body is: per body execution (its loopTick) stepWork, plus nodeWork per
+// node of the body, plus for each subscript and attribute of the body the
+// number of pairs of the template's largest dict literal (gonja looks a
+// key of a dict literal up pair by pair; other values look keys up at
+// once); per item the loop materializes (workFunc) 2*stepWork plus the
+// same price of its if clause, which runs per item.
+func priceLoops(root *nodes.Template) {
+	maxPairs := 0
+	visitTree(reflect.ValueOf(root), 0, func(v reflect.Value) {
+		if v.Type() == dictNodeType {
+			maxPairs = max(maxPairs, v.Elem().FieldByName("Pairs").Len())
+		}
+	})
+	price := func(v reflect.Value) int {
+		n, lookups := 0, 0
+		visitTree(v, 0, func(x reflect.Value) {
+			if x.Type().Implements(nodeIface) {
+				n++
+			}
+			if lookupTypes[x.Type()] {
+				lookups++
+			}
+		})
+		return nodeWork*n + maxPairs*lookups
+	}
+	visitTree(reflect.ValueOf(root), 0, func(v reflect.Value) {
+		if v.Type() != forType || !v.CanInterface() {
+			return
+		}
+		f := v.Interface().(*controlStructures.ForControlStructure)
+		if f.BodyWrapper != nil && len(f.BodyWrapper.Nodes) > 0 {
+			if b, ok := f.BodyWrapper.Nodes[0].(*nodes.ControlStructureBlock); ok {
+				if t, ok := b.ControlStructure.(*loopTick); ok {
+					t.work = stepWork + price(reflect.ValueOf(f.BodyWrapper))
+				}
+			}
+		}
+		if c, ok := f.ObjectEvaluator.(*nodes.Call); ok && len(c.Args) == 5 && f.IfCondition != nil {
+			if w, ok := c.Args[4].(*nodes.Integer); ok {
+				w.Val += price(reflect.ValueOf(f.IfCondition))
+			}
+		}
+	})
+}
+
+// visitTree calls fn for every non-nil pointer reachable from v in a
+// parsed template (Parent links and tokens excepted), unexported fields
+// included, made usable (the tree is ours until it executes).
+func visitTree(v reflect.Value, depth int, fn func(reflect.Value)) {
+	if depth > 10_000 || !v.IsValid() {
+		return
+	}
+	switch v.Kind() {
+	case reflect.Interface:
+		if !v.IsNil() {
+			visitTree(v.Elem(), depth+1, fn)
+		}
+	case reflect.Pointer:
+		if v.IsNil() || v.Type() == tokType {
+			return
+		}
+		fn(v)
+		visitTree(v.Elem(), depth+1, fn)
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Field(i)
+			if v.Type().Field(i).Name == "Parent" {
+				continue
+			}
+			if !f.CanInterface() && f.CanAddr() {
+				f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+			}
+			visitTree(f, depth+1, fn)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			visitTree(v.Index(i), depth+1, fn)
+		}
+	case reflect.Map:
+		it := v.MapRange()
+		for it.Next() {
+			visitTree(it.Value(), depth+1, fn)
+		}
+	}
 }
 
 var (
@@ -108,6 +312,7 @@ type guarder struct {
 func guardTemplate(root *nodes.Template) {
 	g := &guarder{wrapped: map[nodes.Expression]bool{}}
 	g.walk(reflect.ValueOf(root), 0)
+	priceLoops(root)
 }
 
 func (g *guarder) walk(v reflect.Value, depth int) {
@@ -167,10 +372,38 @@ func (g *guarder) replace(f reflect.Value) {
 			return
 		}
 		op := x.Operator.Token
+		if scannedOps[op.Type] && !g.wrapped[x] {
+			// gonja's meaning, each operand charged as it is scanned
+			g.wrapped[x] = true
+			x.Left, x.Right = workCall(op, workScan, x.Left), workCall(op, workScan, x.Right)
+			return
+		}
 		if !guardedOps[op.Type] {
 			return
 		}
 		f.Set(reflect.ValueOf(guardCall(op, opFuncName, &nodes.String{Location: op, Val: op.Val}, x.Left, x.Right)))
+	case *nodes.Call:
+		// a function of the template's values (loop.changed compares its
+		// argument with the last one) reads its arguments
+		if name, ok := x.Func.(*nodes.Name); ok && name.Name != nil && strings.HasPrefix(name.Name.Val, internalPrefix) {
+			return // the sandbox's own
+		}
+		if g.wrapped[x] || x.Location == nil {
+			return
+		}
+		g.wrapped[x] = true
+		for i, a := range x.Args {
+			x.Args[i] = workCall(x.Location, workScan, a)
+		}
+		for k, a := range x.Kwargs {
+			x.Kwargs[k] = workCall(x.Location, workScan, a)
+		}
+	case *nodes.GetSlice:
+		// slicing a string converts all of it to runes
+		if target, ok := x.Node.(nodes.Expression); ok && !g.wrapped[x] && x.Location != nil {
+			g.wrapped[x] = true
+			x.Node = workCall(x.Location, workScan, target)
+		}
 	case *nodes.List, *nodes.Tuple, *nodes.Dict:
 		lit := x.(nodes.Expression)
 		if g.wrapped[lit] {
@@ -185,6 +418,30 @@ func (g *guarder) replace(f reflect.Value) {
 var guardedOps = map[tokens.Type]bool{
 	tokens.Addition: true, tokens.Subtraction: true, tokens.Multiply: true, tokens.Division: true,
 	tokens.FloorDivision: true, tokens.Modulo: true, tokens.Power: true, tokens.Tilde: true,
+}
+
+// scannedOps are the binary operators gonja evaluates by scanning its
+// operands (string and list comparisons, in): their operands are charged
+// as work (workFunc), the operators keep gonja's meaning.
+var scannedOps = map[tokens.Type]bool{
+	tokens.Equals: true, tokens.Ne: true, tokens.LowerThan: true, tokens.LowerThanOrEqual: true,
+	tokens.GreaterThan: true, tokens.GreaterThanOrEqual: true, tokens.In: true,
+}
+
+// What workFunc charges for its value.
+const (
+	workScan = "scan" // an operand or a slice target: its bytes and elements
+	workLoop = "loop" // a for-loop iterable: the work per item it yields
+)
+
+// workCall wraps x in the work charge of kind, unless x is a literal
+// scalar (nothing to scan).
+func workCall(tok *tokens.Token, kind string, x nodes.Expression) nodes.Expression {
+	switch x.(type) {
+	case nil, *nodes.String, *nodes.Integer, *nodes.Float, *nodes.Bool, *nodes.None:
+		return x
+	}
+	return guardCall(tok, workFuncName, &nodes.String{Location: tok, Val: kind}, x)
 }
 
 // guardCall returns the call fn(line, col, args...) positioned at tok, so
@@ -236,11 +493,98 @@ func (b *budget) opFunc(args *exec.VarArgs) (*exec.Value, error) {
 		return nil, errors.New("operator needs two operands")
 	}
 	line, col, op, l, r := args.Args[0].Integer(), args.Args[1].Integer(), args.Args[2].String(), args.Args[3], args.Args[4]
+	// the operators handle lists in Go, without a value per element: their
+	// size (bytes and elements, one unit each) is their work
+	what := "operator " + op
+	if err := b.charge(line, col, what, stepWork+sizeWork(l)+sizeWork(r)); err != nil {
+		return nil, err
+	}
 	out, err := binaryOp(op, l, r)
 	if err != nil {
 		return nil, b.fail(line, col, err)
 	}
+	if err := b.charge(line, col, what, sizeWork(out)); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// charge takes n units of work from the render's allowance (see
+// MaxRenderWork) for what, at line and col of the template (0 when
+// unknown). Once the render has failed, every charge fails: a render that
+// carries on past an error value does no more work.
+func (b *budget) charge(line, col int, what string, n int) error {
+	if b.err != nil {
+		return b.err
+	}
+	b.workLeft -= n
+	if b.workLeft < 0 {
+		return b.fail(line, col, &limitError{kind: ErrTemplateBudget,
+			msg: fmt.Sprintf("work budget of %d exceeded (%s: bytes and elements processed)", MaxRenderWork, what)})
+	}
+	return nil
+}
+
+// workOf is the work of reading or producing a value: a unit per byte of
+// its strings and stepWork per element of its lists and dicts, nested ones
+// included (see deepCount). Counting costs less than the count, which is
+// charged.
+func workOf(v *exec.Value) int {
+	bytes, elems := deepCount(v, MaxRenderedSize)
+	if bytes+elems > MaxRenderedSize {
+		// counting stopped part way, where depends on the order of a
+		// map: charge a fixed amount, so that renders are deterministic
+		return stepWork * (MaxRenderedSize + 1)
+	}
+	return bytes + stepWork*elems
+}
+
+// sizeWork is the work of an operand of an operator: its size (deepSize),
+// a fixed amount above MaxRenderedSize (see workOf).
+func sizeWork(v *exec.Value) int {
+	return min(deepSize(v, MaxRenderedSize), MaxRenderedSize+1)
+}
+
+// workFunc charges the work of a value the template goes on to scan, and
+// returns it unchanged: a comparison operand or a slice target (workScan:
+// workOf) or a for-loop iterable (workLoop: its 5th argument per item the
+// loop materializes, as gonja builds a scope per item and runs the if
+// clause before the body runs, the items the clause skips included).
+func (b *budget) workFunc(args *exec.VarArgs) (*exec.Value, error) {
+	if len(args.Args) < 4 {
+		return nil, errors.New("work charge needs a value")
+	}
+	line, col, kind, v := args.Args[0].Integer(), args.Args[1].Integer(), args.Args[2].String(), args.Args[3]
+	n, what := stepWork+workOf(v), "operand"
+	if kind == workLoop && len(args.Args) == 5 {
+		// gonja builds a scope and a pair per item before the body runs
+		// (about twice the cost of a value) and runs the if clause
+		perItem := args.Args[4].Integer()
+		n, what = stepWork+perItem*min(itemsOf(v), MaxRenderWork), "for-loop items"
+	}
+	if err := b.charge(line, col, what, n); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// itemsOf is the number of items a for-loop over v materializes: the
+// bytes of a string (gonja iterates bytes), the elements of a list, the
+// pairs of a dict.
+func itemsOf(v *exec.Value) int {
+	if v == nil || !v.Val.IsValid() {
+		return 0
+	}
+	x := resolve(v.Val)
+	switch {
+	case !x.IsValid():
+		return 0
+	case x.Kind() == reflect.String, x.Kind() == reflect.Slice, x.Kind() == reflect.Array, x.Kind() == reflect.Map:
+		return x.Len()
+	case x.Type() == dictType && x.CanInterface():
+		return len(x.Interface().(exec.Dict).Pairs)
+	}
+	return 0
 }
 
 // operand kinds, named as Jinja2 (Python) names them in its errors.
@@ -410,13 +754,17 @@ func (b *budget) sizedFunc(args *exec.VarArgs) (*exec.Value, error) {
 	if len(args.Args) != 3 {
 		return nil, errors.New("literal check needs a value")
 	}
-	v := args.Args[2]
-	if n := deepSize(v, MaxRenderedSize); n > MaxRenderedSize {
-		what := "list"
-		if v.IsDict() {
-			what = "dict"
-		}
-		return nil, b.fail(args.Args[0].Integer(), args.Args[1].Integer(), errTooLarge(what, n))
+	line, col, v := args.Args[0].Integer(), args.Args[1].Integer(), args.Args[2]
+	what := "list"
+	if v.IsDict() {
+		what = "dict"
+	}
+	n := deepSize(v, MaxRenderedSize)
+	if n > MaxRenderedSize {
+		return nil, b.fail(line, col, errTooLarge(what, n))
+	}
+	if err := b.charge(line, col, what+" literal", stepWork+n); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -432,36 +780,36 @@ var (
 // stops counting once the total is above limit, so it costs at most about
 // limit steps whatever the value.
 func deepSize(v *exec.Value, limit int) int {
+	bytes, elems := deepCount(v, limit)
+	return bytes + elems
+}
+
+// deepCount is deepSize in two parts: the bytes of the strings and the
+// elements of the lists and dicts.
+func deepCount(v *exec.Value, limit int) (bytes, elems int) {
 	if v == nil {
-		return 0
+		return 0, 0
 	}
-	total := 0
 	var stack []reflect.Value // containers still to count
 	// count adds a value: a string's length now, a container later.
 	count := func(x reflect.Value) {
-		for x.IsValid() && (x.Kind() == reflect.Interface || x.Kind() == reflect.Pointer) && !x.IsNil() {
-			if x.Type() == valueType && x.CanInterface() {
-				x = x.Interface().(*exec.Value).Val
-			} else {
-				x = x.Elem()
-			}
-		}
+		x = resolve(x)
 		switch {
 		case !x.IsValid():
 		case x.Kind() == reflect.String:
-			total += x.Len()
+			bytes += x.Len()
 		case x.Type() == dictType, x.Kind() == reflect.Map:
 			stack = append(stack, x)
 		case x.Kind() == reflect.Slice || x.Kind() == reflect.Array:
 			if x.Type().Elem().Kind() == reflect.Uint8 {
-				total += x.Len()
+				bytes += x.Len()
 			} else if x.Len() > 0 {
 				stack = append(stack, x)
 			}
 		}
 	}
 	count(v.Val)
-	for len(stack) > 0 && total <= limit {
+	for len(stack) > 0 && bytes+elems <= limit {
 		x := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		switch {
@@ -470,40 +818,52 @@ func deepSize(v *exec.Value, limit int) int {
 				continue // not reachable from a template's values
 			}
 			pairs := x.Interface().(exec.Dict).Pairs
-			total += len(pairs)
-			for i := 0; i < len(pairs) && total <= limit; i++ {
+			elems += len(pairs)
+			for i := 0; i < len(pairs) && bytes+elems <= limit; i++ {
 				if p := pairs[i]; p != nil {
 					count(reflect.ValueOf(p.Key))
 					count(reflect.ValueOf(p.Value))
 				}
 			}
 		case x.Kind() == reflect.Map:
-			total += x.Len()
+			elems += x.Len()
 			it := x.MapRange()
-			for total <= limit && it.Next() {
+			for bytes+elems <= limit && it.Next() {
 				count(it.Key())
 				count(it.Value())
 			}
 		default: // a list
-			total += x.Len()
+			elems += x.Len()
 			if l, ok := anySlice(x); ok { // the common case, without reflection per element
-				for i := 0; i < len(l) && total <= limit; i++ {
+				for i := 0; i < len(l) && bytes+elems <= limit; i++ {
 					switch e := l[i].(type) {
 					case int, int64, float64, bool, nil:
 					case string:
-						total += len(e)
+						bytes += len(e)
 					default:
 						count(x.Index(i))
 					}
 				}
 				continue
 			}
-			for i := 0; i < x.Len() && total <= limit; i++ {
+			for i := 0; i < x.Len() && bytes+elems <= limit; i++ {
 				count(x.Index(i))
 			}
 		}
 	}
-	return total
+	return bytes, elems
+}
+
+// resolve follows the interfaces, pointers and *exec.Values around a value.
+func resolve(x reflect.Value) reflect.Value {
+	for x.IsValid() && (x.Kind() == reflect.Interface || x.Kind() == reflect.Pointer) && !x.IsNil() {
+		if x.Type() == valueType && x.CanInterface() {
+			x = x.Interface().(*exec.Value).Val
+		} else {
+			x = x.Elem()
+		}
+	}
+	return x
 }
 
 func anySlice(x reflect.Value) ([]any, bool) {
@@ -531,7 +891,8 @@ func listItems(v *exec.Value) []any {
 }
 
 // sizeOf estimates the bytes a value stands for: a string's length; a list's
-// element count plus the lengths of its string elements.
+// element count plus the lengths of its string elements. It stops counting
+// above MaxRenderedSize and builds no value per element.
 func sizeOf(v *exec.Value) int {
 	switch {
 	case v == nil:
@@ -539,13 +900,25 @@ func sizeOf(v *exec.Value) int {
 	case v.IsString():
 		return len(v.String())
 	case v.IsList():
-		n := v.Len()
-		v.Iterate(func(_, _ int, key, _ *exec.Value) bool {
-			if key.IsString() {
-				n += len(key.String())
+		x := resolve(v.Val)
+		if !x.IsValid() || (x.Kind() != reflect.Slice && x.Kind() != reflect.Array) {
+			return v.Len()
+		}
+		n := x.Len()
+		if x.Type().Elem().Kind() == reflect.String {
+			for i := 0; i < x.Len() && n <= MaxRenderedSize; i++ {
+				n += x.Index(i).Len()
 			}
-			return n <= MaxRenderedSize
-		}, func() {})
+			return n
+		}
+		if x.Type().Elem().Kind() != reflect.Interface && x.Type().Elem().Kind() != reflect.Pointer {
+			return n // no element is a string
+		}
+		for i := 0; i < x.Len() && n <= MaxRenderedSize; i++ {
+			if e := resolve(x.Index(i)); e.IsValid() && e.Kind() == reflect.String {
+				n += e.Len()
+			}
+		}
 		return n
 	}
 	return 0
@@ -654,14 +1027,86 @@ var safeFilters = sync.OnceValue(func() *exec.FilterSet {
 			if err := checkCall(name, in, params); err != nil {
 				return exec.AsValue(b.fail(0, 0, err))
 			}
+			what := "filter " + name
+			n := stepWork + workOf(in) + argsWork(params)
+			if seqFilters[name] && in.IsString() {
+				n += stepWork * len(in.String()) // one value per character
+			}
+			if err := b.charge(0, 0, what, n); err != nil {
+				return exec.AsValue(err)
+			}
 			out := f(e, in, params)
 			if n := sizeOf(out); n > MaxRenderedSize {
 				return exec.AsValue(b.fail(0, 0, errTooLarge(name+" result", n)))
+			}
+			if err := b.charge(0, 0, what, workOf(out)); err != nil {
+				return exec.AsValue(err)
 			}
 			return out
 		}
 	}
 	return exec.NewFilterSet(m)
+})
+
+// seqFilters iterate their input item by item, building a value per
+// item: a string's per character.
+var seqFilters = map[string]bool{
+	"batch": true, "dictsort": true, "groupby": true, "items": true, "join": true, "list": true,
+	"map": true, "max": true, "min": true, "reject": true, "rejectattr": true, "reverse": true,
+	"select": true, "selectattr": true, "slice": true, "sort": true, "sum": true, "unique": true,
+}
+
+// argsWork is the work of reading the arguments of a call.
+func argsWork(params *exec.VarArgs) int {
+	if params == nil {
+		return 0
+	}
+	n := 0
+	for _, a := range params.Args {
+		n += workOf(a)
+	}
+	for _, a := range params.KwArgs {
+		n += workOf(a)
+	}
+	return n
+}
+
+// allowedTests are gonja's tests; all of them read their input only.
+var allowedTests = []string{
+	"boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "escaped", "even", "false",
+	"filter", "float", "ge", ">=", "gt", "greaterthan", ">", "in", "integer", "iterable", "le", "<=",
+	"lower", "lt", "lessthan", "<", "mapping", "ne", "!=", "none", "number", "odd", "sameas",
+	"sequence", "string", "test", "true", "undefined", "upper",
+}
+
+// safeTests wraps gonja's tests with the work charge of their input and
+// arguments (x is lower scans x; x is in y scans y).
+var safeTests = sync.OnceValue(func() *exec.TestSet {
+	m := map[string]exec.TestFunction{}
+	for _, name := range allowedTests {
+		t, ok := builtins.Tests.Get(name)
+		if !ok {
+			continue
+		}
+		var call func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) (bool, error)
+		switch t := t.(type) {
+		case func(*exec.Context, *exec.Value, *exec.VarArgs) (bool, error):
+			call = func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) (bool, error) {
+				return t(e.Environment.Context, in, params)
+			}
+		case func(*exec.Evaluator, *exec.Value, *exec.VarArgs) (bool, error):
+			call = t
+		default:
+			continue // a test of another form: not available
+		}
+		m[name] = func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) (bool, error) {
+			if err := budgetOf(e.Environment.Context).charge(0, 0, "test "+name, stepWork+workOf(in)+argsWork(params)); err != nil {
+				return false, err
+			}
+			return call(e, in, params)
+		}
+	}
+	return exec.NewTestSet(m)
 })
 
 // budgetOf returns the budget of the render a context belongs to; a
@@ -699,9 +1144,20 @@ func guardMethods[I any](set *exec.MethodSet[I], names []string, cur func() *bud
 			if err := checkCall(name, selfValue, args); err != nil {
 				return nil, cur().fail(0, 0, err)
 			}
+			// gonja converted a dict or list receiver to Go values
+			// already, which costs about its size: charged here
+			what := "method " + name
+			if err := cur().charge(0, 0, what, stepWork+workOf(selfValue)+argsWork(args)); err != nil {
+				return nil, err
+			}
 			out, err := f(self, selfValue, args)
 			if s, ok := out.(string); ok && len(s) > MaxRenderedSize {
 				return nil, cur().fail(0, 0, errTooLarge(name+" result", len(s)))
+			}
+			if out != nil {
+				if err := cur().charge(0, 0, what, workOf(exec.AsValue(out))); err != nil {
+					return nil, err
+				}
 			}
 			return out, err
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -83,6 +84,38 @@ func TestRenderHostileTemplatesAreBounded(t *testing.T) {
 		{"replace blow-up", `{% set s = "a" * 1000000 %}{{ s | replace("a", s) }}`, "replace result", ErrTemplateSize},
 		{"join blow-up", `{% set s = "a" * 1000000 %}{{ [s, s, s] | join("") }}`, "limit", ErrTemplateSize},
 		{"credential without a store", `{{ credential_get_or_create("db") }}`, "no credential store", nil},
+		// work: each step is cheap in iterations but processes up to 1 MiB
+		{"upper() of a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(1000) %}{% if s.upper() %}{% endif %}{% endfor %}`,
+			fmt.Sprintf("work budget of %d exceeded (method upper", MaxRenderWork), ErrTemplateBudget},
+		{"concatenation of a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(1000) %}{% if s ~ "x" %}{% endif %}{% endfor %}`,
+			"line 1 col 62: work budget of 67108864 exceeded (operator ~", ErrTemplateBudget},
+		{"filter of a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(1000) %}{% if s|length %}{% endif %}{% endfor %}`,
+			"(filter length", ErrTemplateBudget},
+		{"test of a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(1000) %}{% if s is upper %}{% endif %}{% endfor %}`,
+			"(test upper", ErrTemplateBudget},
+		{"in on a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(100000) %}{% if "b" in s %}{% endif %}{% endfor %}`,
+			"work budget", ErrTemplateBudget},
+		{"comparison of a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(100000) %}{% if s < s %}{% endif %}{% endfor %}`,
+			"(operand", ErrTemplateBudget},
+		{"slice of a 1 MiB string in a loop", `{% set s = "a" * 1000000 %}{% for i in range(1000) %}{% if s[1:2] %}{% endif %}{% endfor %}`,
+			"line 1 col 61: work budget", ErrTemplateBudget},
+		{"a 1 MiB string's characters per loop", `{% set s = "a" * 1000000 %}{% for i in range(1000) %}{% for c in s %}{% break %}{% endfor %}{% endfor %}`,
+			"line 1 col 61: work budget of 67108864 exceeded (for-loop items", ErrTemplateBudget},
+		{"sort of a 1 MiB string", `{% set s = "ab" * 524288 %}{{ s|sort|length }}`, "(filter sort", ErrTemplateBudget},
+		{"loop.changed of a large list", `{% set l = range(90000)|list %}{% for a in range(3000) %}{% if loop.changed(l) %}{% endif %}{% endfor %}`,
+			"work budget", ErrTemplateBudget},
+		{"a large loop body", `{% for i in range(10000) %}` + strings.Repeat(`{% if i %}{% endif %}`, 1000) + `{% endfor %}`,
+			"line 1 col 8: work budget of 67108864 exceeded (for-loop body", ErrTemplateBudget},
+		{"lookups in a dict literal", `{% set d = {` + dictPairs(4000) + `} %}{% for i in range(100) %}{% for j in range(1000) %}{% if d["k3999"] %}{% endif %}{% endfor %}{% endfor %}`,
+			"(for-loop body", ErrTemplateBudget},
+		{"a list built by concatenation in a loop", `{% set ns = namespace(l=[]) %}{% for i in range(30000) %}{% set ns.l = ns.l + [i] %}{% endfor %}`,
+			"(operator +", ErrTemplateBudget},
+		{"1 GiB captured by a set block", `{% set s = "a" * 1000000 %}{% set x %}{% for i in range(1000) %}{{ s }}{% endfor %}{% endset %}{{ x|length }}`,
+			"line 1 col 35: set block exceeds 1048576 bytes", ErrTemplateSize},
+		{"1 GiB captured by a filter block", `{% set s = "a" * 1000000 %}{% filter upper %}{% for i in range(1000) %}{{ s }}{% endfor %}{% endfilter %}`,
+			"line 1 col 38: filter block exceeds 1048576 bytes", ErrTemplateSize},
+		{"recursive loop", `{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}`, "recursive for-loops are not supported", nil},
+		{"shadowing the sandbox's budget", `{% set fw:budget = 1 %}`, "parse error", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +132,108 @@ func TestRenderHostileTemplatesAreBounded(t *testing.T) {
 				t.Fatalf("error too long: %d bytes", len(err.Error()))
 			}
 		})
+	}
+}
+
+// dictPairs returns n pairs "k0": 0, "k1": 1, ... of a dict literal.
+func dictPairs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%d":%d`, i, i)
+	}
+	return b.String()
+}
+
+// TestRangeNeverOverflows: range() counts its elements without overflow
+// and charges them before building the list; near the ends of int its
+// loop variable once wrapped around and built ~2^64/step elements (the
+// FuzzTemplate corpus holds these too). Results are Python's.
+func TestRangeNeverOverflows(t *testing.T) {
+	tests := []struct{ src, want, wantErr string }{
+		{`{{ range(9223372036854775797, 9223372036854775807, 20)|length }}`, "1", ""},
+		{`{{ range(9223372036854775797, 9223372036854775806, 20)|length }}`, "1", ""},
+		{`{{ range(-9223372036854775798, -9223372036854775807, -20)|length }}`, "1", ""},
+		{`{{ range(9223372036854775797, 9223372036854775807, 20) }}`, "[9223372036854775797]", ""},
+		{`{{ range(-9223372036854775798, -9223372036854775807, -20) }}`, "[-9223372036854775798]", ""},
+		{`{{ range(9223372036854775800, 9223372036854775807, 3) }}`, "[9223372036854775800, 9223372036854775803, 9223372036854775806]", ""},
+		{`{{ range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807 - 1) }}`, "[9223372036854775807, -1]", ""},
+		{`{{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807) }}`, "[-9223372036854775808, -1, 9223372036854775806]", ""},
+		{`{{ range(0, 10, 3) }} {{ range(10, 0, -3) }} {{ range(3) }} {{ range(2, 2) }} {{ range(3, 0) }} {{ range(0, 3, -1) }}`,
+			"[0, 3, 6, 9] [10, 7, 4, 1] [0, 1, 2] [] [] []", ""},
+		// 2^64/3 elements: refused before anything is built
+		{`{{ range(-9223372036854775807, 9223372036854775807, 3)|length }}`, "", "range() iteration budget of 100000 exceeded"},
+		{`{{ range(-9223372036854775807 - 1, 9223372036854775807)|length }}`, "", "range() iteration budget of 100000 exceeded"},
+		{`{{ range(100000)|length }}{{ range(1)|length }}`, "", "range() iteration budget of 100000 exceeded"},
+		{`{{ range(1, 2, 0) }}`, "", "step must not be 0"},
+	}
+	for _, tt := range tests {
+		out, err := renderOrHang(t, tt.src)
+		if tt.wantErr == "" {
+			if err != nil || out != tt.want {
+				t.Errorf("%s = %q, %v; want %q", tt.src, out, err, tt.want)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: err = %v, want one containing %q", tt.src, err, tt.wantErr)
+		}
+		if strings.Contains(tt.wantErr, "budget") && !errors.Is(err, ErrTemplateBudget) {
+			t.Errorf("%s: err = %v, want ErrTemplateBudget", tt.src, err)
+		}
+	}
+}
+
+// TestOrdinaryTemplatesUseLittleWork renders the templates of the golden
+// cases and typical config templates on every node of their snapshots:
+// each render uses less than a thousandth of MaxRenderWork, so the work
+// allowance stops only templates that process megabytes per step.
+func TestOrdinaryTemplatesUseLittleWork(t *testing.T) {
+	typical := []string{
+		"node: {{ node.id }}\nregion: {{ node.labels.region | default('none') }}\nworkspace: {{ node.workspace }}\n" +
+			"{% for k, v in node.labels.items() %}label_{{ k }}: {{ v | tojson }}\n{% endfor %}" +
+			"backup: {{ backup_schedule_cron(node.workspace) | tojson }}\nversion: {{ brc.target_version }}\n",
+		"{% set ns = namespace(peers=[]) %}{% for i in range(16) %}{% set ns.peers = ns.peers + [node.id ~ '-' ~ i] %}{% endfor %}" +
+			"peers: {{ ns.peers | join(',') }}\nreplicas: {% if node.criticality == 'high' %}3{% else %}1{% endif %}\n" +
+			"{% set ports = {'http': 80, 'https': 443, 'metrics': 9090} %}{% for name, port in ports.items() %}{{ name | upper }}: {{ port }}\n{% endfor %}" +
+			"name: {{ (node.id ~ '.' ~ workspace.name) | lower | replace('_', '-') | truncate(63) }}\n" +
+			"{% for c in node.capabilities | sort %}{% if c is string and c.startswith('gpu') %}gpu: true\n{% endif %}{% endfor %}",
+	}
+	dirs, err := filepath.Glob(filepath.Join("testdata", "*", "snapshot.json"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden snapshots: %v", err)
+	}
+	rendered := 0
+	for _, path := range dirs {
+		snap := loadSnapshot(t, path)
+		r := newRenderer(Options{Credential: fakeCredential})
+		for _, tn := range sortedKeys(snap.Triggers) {
+			tr := snap.Triggers[tn]
+			b := snap.Blocks[tr.BlockName]
+			if b == nil {
+				continue
+			}
+			for _, src := range append([]string{tr.BlockConfigTemplate}, typical...) {
+				if src == "" {
+					continue
+				}
+				for _, id := range snap.SortedNodeIDs() {
+					n := snap.Nodes[id]
+					if _, err := r.render(tn, src, TemplateVars(snap, n, b, tr), CredentialScope(n)); err != nil {
+						t.Fatalf("%s, trigger %s, node %s: %v", path, tn, id, err)
+					}
+					if r.lastWork <= 0 || r.lastWork > MaxRenderWork/1000 {
+						t.Fatalf("%s, trigger %s, node %s: the render used %d units of work, expected 1 to %d", path, tn, id, r.lastWork, MaxRenderWork/1000)
+					}
+					rendered++
+				}
+			}
+		}
+	}
+	if rendered < 50 {
+		t.Fatalf("only %d renders", rendered)
 	}
 }
 

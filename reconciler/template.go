@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,17 +25,42 @@ import (
 
 // Limits of the template sandbox.
 const (
-	MaxTemplateSize    = 64 << 10 // bytes of template source
-	MaxRenderedSize    = 1 << 20  // bytes of rendered output, and of any intermediate string or list
-	MaxRangeBudget     = 100_000  // total range() elements per render
-	MaxLoopIterations  = 200_000  // total for-loop body executions per render
-	MaxCredentialLen   = 256      // credential_get_or_create length bound
-	MinCredentialLen   = 8
-	maxErrorTextBytes  = 300 // gonja errors embed the whole source: cut them
-	budgetVar          = "_fw_budget"
-	opFuncName         = "_fw_op"    // the binary operators (sandbox.go)
-	sizedFuncName      = "_fw_sized" // the size check of literals (sandbox.go)
+	MaxTemplateSize   = 64 << 10 // bytes of template source
+	MaxRenderedSize   = 1 << 20  // bytes of rendered output, and of any intermediate string or list
+	MaxRangeBudget    = 100_000  // total range() elements per render
+	MaxLoopIterations = 200_000  // total for-loop body executions per render
+	MaxCredentialLen  = 256      // credential_get_or_create length bound
+	MinCredentialLen  = 8
+	maxErrorTextBytes = 300 // gonja errors embed the whole source: cut them
+	// The sandbox's own names in a render's context start with
+	// internalPrefix, which no template name can spell (":" ends a name):
+	// a template can neither call them nor shadow them with a set.
+	internalPrefix     = "fw:"
+	budgetVar          = internalPrefix + "budget"
+	opFuncName         = internalPrefix + "op"    // the binary operators (sandbox.go)
+	sizedFuncName      = internalPrefix + "sized" // the size check of literals (sandbox.go)
+	workFuncName       = internalPrefix + "work"  // the work charge of operands and iterables (sandbox.go)
 	credentialFuncName = "credential_get_or_create"
+)
+
+// The work allowance of a render (see "The sandbox" in sandbox.go).
+const (
+	// MaxRenderWork bounds the work of one render, in units of about one
+	// byte processed: every call (operator, filter, method, test), slice
+	// target, comparison operand, for-loop iterable and literal is charged
+	// stepWork or more, plus the bytes and elements it reads and produces
+	// (stepWork per element gonja builds a value for, 2*stepWork per item
+	// a for-loop materializes); every byte written to the output or
+	// captured by a {% set %} or {% filter %} block counts one (see
+	// sandbox.go). A config template uses a few hundred units per node
+	// (TestOrdinaryTemplatesUseLittleWork); 64 Mi units is 64 MiB of
+	// string processing or about a million calls or elements: a render
+	// that exhausts it stops after a few seconds at most.
+	MaxRenderWork = 64 << 20
+	// stepWork is the work of a call or of a list or dict element: gonja
+	// builds a value (or a scope) for each, which costs about as much as
+	// processing 64 bytes of a string.
+	stepWork = 64
 )
 
 // ErrTemplate wraps every template failure (parse, render, limits); the item
@@ -42,8 +68,9 @@ const (
 var ErrTemplate = errors.New("block_config_template")
 
 // ErrTemplateBudget is wrapped (with ErrTemplate) by a render that ran out
-// of its iteration budget: MaxLoopIterations for-loop iterations or
-// MaxRangeBudget elements of range(). The budget is counted, never timed.
+// of its budget: MaxLoopIterations for-loop iterations, MaxRangeBudget
+// elements of range() or MaxRenderWork units of work. The budget is
+// counted, never timed.
 var ErrTemplateBudget = errors.New("iteration budget exceeded")
 
 // ErrTemplateSize is wrapped (with ErrTemplate) by a render stopped at a
@@ -106,26 +133,36 @@ func (l *singleLoader) Resolve(p string) (string, error) {
 
 func (l *singleLoader) Inherit(string) (loaders.Loader, error) { return l, nil }
 
+// limitedWriter bounds what a render writes, to its output or into the
+// value of a {% set %} or {% filter %} block (what names which), to
+// MaxRenderedSize bytes, and charges the bytes as work.
 type limitedWriter struct {
-	w io.Writer
-	n int64
-	b *budget
+	w    io.Writer
+	n    int64
+	b    *budget
+	what string // "rendered output", "set block", "filter block"
+	line int    // of the block, 0 for the output
+	col  int
 }
 
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > l.n {
-		return 0, l.b.fail(0, 0, &limitError{kind: ErrTemplateSize, msg: fmt.Sprintf("rendered output exceeds %d bytes", MaxRenderedSize)})
+		return 0, l.b.fail(l.line, l.col, &limitError{kind: ErrTemplateSize, msg: fmt.Sprintf("%s exceeds %d bytes", l.what, MaxRenderedSize)})
+	}
+	if err := l.b.charge(l.line, l.col, l.what, len(p)); err != nil {
+		return 0, err
 	}
 	l.n -= int64(len(p))
 	return l.w.Write(p)
 }
 
-// budget is the state of one render: its work allowance (range() elements
-// and loop iterations) and the first error a bound or an operator of the
-// sandbox stopped it with, which is the render's error. A render runs on
-// one goroutine, so plain fields suffice.
+// budget is the state of one render: its allowances (range() elements,
+// loop iterations and work units) and the first error a bound or an
+// operator of the sandbox stopped it with, which is the render's error. A
+// render runs on one goroutine, so plain fields suffice.
 type budget struct {
 	rangeLeft, loopLeft int
+	workLeft            int
 	err                 error
 	line, col           int // where err happened in the template; 0 when unknown
 }
@@ -171,6 +208,8 @@ type renderer struct {
 	env   *exec.Environment
 	cache map[[32]byte]*parsed
 	cur   *budget // of the render running, for the methods (see safeMethods)
+	// lastWork is the work the last render used (MaxRenderWork), for tests
+	lastWork int
 }
 
 type parsed struct {
@@ -193,7 +232,7 @@ func newRenderer(opts Options) *renderer {
 	r.env = &exec.Environment{
 		Context:           exec.NewContext(globals),
 		Filters:           safeFilters(),
-		Tests:             builtins.Tests,
+		Tests:             safeTests(),
 		ControlStructures: safeControls(),
 		Methods: safeMethods(func() *budget {
 			if r.cur == nil {
@@ -333,7 +372,7 @@ func (r *renderer) render(name, src string, vars map[string]any, scope string) (
 			out, err = "", fmt.Errorf("%w: render aborted: %s", ErrTemplate, cut(fmt.Sprint(rec)))
 		}
 	}()
-	b := &budget{rangeLeft: MaxRangeBudget, loopLeft: MaxLoopIterations}
+	b := &budget{rangeLeft: MaxRangeBudget, loopLeft: MaxLoopIterations, workLeft: MaxRenderWork}
 	r.cur = b
 	defer func() { r.cur = nil }()
 	data := make(map[string]any, len(vars)+5)
@@ -344,9 +383,11 @@ func (r *renderer) render(name, src string, vars map[string]any, scope string) (
 	data[budgetVar] = b
 	data[opFuncName] = b.opFunc
 	data[sizedFuncName] = b.sizedFunc
+	data[workFuncName] = b.workFunc
 	data[credentialFuncName] = r.credentialFunc(scope)
 	var buf bytes.Buffer
-	err = tpl.Execute(&limitedWriter{w: &buf, n: MaxRenderedSize, b: b}, exec.NewContext(data))
+	err = tpl.Execute(&limitedWriter{w: &buf, n: MaxRenderedSize, b: b, what: "rendered output"}, exec.NewContext(data))
+	r.lastWork = MaxRenderWork - b.workLeft
 	if b.err != nil {
 		// A bound or an operator stopped the render (or failed where gonja
 		// would carry on with an error value): that error, where it
@@ -398,21 +439,38 @@ func (b *budget) rangeFunc(args *exec.VarArgs) ([]int, error) {
 	if step == 0 {
 		return nil, errors.New("range: step must not be 0")
 	}
-	n := 0
-	if step > 0 && stop > start {
-		n = (stop - start + step - 1) / step
-	} else if step < 0 && stop < start {
-		n = (start - stop - step - 1) / -step
-	}
-	b.rangeLeft -= n
-	if n < 0 || b.rangeLeft < 0 {
+	n, ok := rangeLen(start, stop, step)
+	if !ok || b.rangeLeft < 0 || n > uint64(b.rangeLeft) {
+		b.rangeLeft = -1
 		return nil, b.fail(0, 0, &limitError{kind: ErrTemplateBudget, msg: fmt.Sprintf("range() iteration budget of %d exceeded", MaxRangeBudget)})
 	}
-	out := make([]int, 0, n)
-	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-		out = append(out, i)
+	b.rangeLeft -= int(n)
+	out := make([]int, n)
+	for k := range out {
+		// start + k*step lies between start and stop, so it is an int
+		// even where k*step alone is not: the wrapped arithmetic of
+		// int gives it exactly.
+		out[k] = start + k*step
 	}
 	return out, nil
+}
+
+// rangeLen is the number of elements of Python's range(start, stop, step)
+// (step != 0), computed without overflow: the distance between two ints
+// always fits in a uint64. ok is false when the count does not fit in an
+// int (it is then far above any budget).
+func rangeLen(start, stop, step int) (n uint64, ok bool) {
+	var dist, stride uint64
+	switch {
+	case step > 0 && stop > start:
+		dist, stride = uint64(stop)-uint64(start), uint64(step)
+	case step < 0 && stop < start:
+		dist, stride = uint64(start)-uint64(stop), -uint64(step)
+	default:
+		return 0, true
+	}
+	n = (dist-1)/stride + 1
+	return n, n <= math.MaxInt
 }
 
 var credentialNameRE = regexp.MustCompile(`^[a-z0-9]([-_a-z0-9]{0,61}[a-z0-9])?$`)

@@ -33,8 +33,12 @@ func newContext() (*cue.Context, error) {
 // Parsing is bounded: nesting deeper than MaxNestingDepth is refused (before
 // the recursive CUE parser runs, for CUE and JSON), and so is a YAML file
 // whose aliases expand to more than maxSize bytes of data. A file that is
-// not UTF-8 is refused at its first invalid byte. Every error is positioned
-// at the offending token (see "Positions" in doc.go).
+// not UTF-8 is refused at its first invalid byte, and a YAML file with a
+// carriage return outside a CRLF at that character. A YAML mapping key that
+// YAML reads as a number, a boolean or null (0123, 1.5, true, ~) is refused
+// with a hint to quote it: CUE would make another string of it (0o123,
+// null), a label or a name nobody wrote (yamlKeyErrors). Every error is
+// positioned at the offending token (see "Positions" in doc.go).
 func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.FileError) {
 	if errs := checkUTF8(p, data); len(errs) > 0 {
 		return nil, errs
@@ -46,13 +50,16 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 		}
 		f, err := parser.ParseFile(p, data)
 		if err != nil {
-			return nil, syntaxErrors(p, "CUE", err)
+			return nil, syntaxErrors(p, "CUE", data, err)
 		}
 		if errs := checkPlainData(p, f); len(errs) > 0 {
 			return nil, errs
 		}
 		return f, nil
 	case ".yaml", ".yml":
+		if fe, ok := yamlLoneCR(p, data); ok {
+			return nil, []fleetwave.FileError{fe}
+		}
 		// CUE's decoder copies every alias into a fresh subtree: measure the
 		// expanded size first, without expanding, when the file has aliases.
 		if bytes.IndexByte(data, '*') >= 0 && bytes.IndexByte(data, '&') >= 0 {
@@ -61,6 +68,13 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 			}
 		}
 		f, err := cueyaml.Extract(p, data)
+		if err != nil && strings.Contains(err.Error(), "invalid label") {
+			// a negative number as a key: say so as for the other
+			// numbers (yamlKeyErrors)
+			if errs := yamlKeyErrors(p, data, nil); len(errs) > 0 {
+				return nil, errs
+			}
+		}
 		if err != nil {
 			// go-yaml's syntax errors reach us as text without a usable
 			// position; CUE's own errors (after go-yaml parsed) have one.
@@ -72,7 +86,7 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 					return nil, []fleetwave.FileError{fe}
 				}
 			}
-			return nil, syntaxErrors(p, "YAML", err)
+			return nil, syntaxErrors(p, "YAML", data, err)
 		}
 		if errs := checkTree(p, f, maxSize); len(errs) > 0 {
 			return nil, errs
@@ -104,6 +118,9 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 				return nil, []fleetwave.FileError{posError(p, e.Pos(), "found "+what+", expected one object (a mapping with kind and name)")}
 			}
 		}
+		if errs := yamlKeyErrors(p, data, f); len(errs) > 0 {
+			return nil, errs
+		}
 		return f, nil
 	case ".json":
 		if errs := checkTokenDepth(p, data); len(errs) > 0 {
@@ -111,7 +128,7 @@ func parseFile(p string, data []byte, maxSize int64) (*ast.File, []fleetwave.Fil
 		}
 		x, err := cuejson.Extract(p, data)
 		if err != nil {
-			return nil, syntaxErrors(p, "JSON", err)
+			return nil, syntaxErrors(p, "JSON", data, err)
 		}
 		s, ok := x.(*ast.StructLit)
 		if !ok {
@@ -173,7 +190,9 @@ func hasPosition(p string, err error) bool {
 	return false
 }
 
-func syntaxErrors(p, format string, err error) []fleetwave.FileError {
+// syntaxErrors converts the syntax errors of CUE's decoders for file p
+// (data) into FileErrors of format ("CUE", "YAML", "JSON").
+func syntaxErrors(p, format string, data []byte, err error) []fleetwave.FileError {
 	var out []fleetwave.FileError
 	for _, e := range cueerrors.Errors(err) {
 		msg := cueMsg(e)
@@ -184,6 +203,14 @@ func syntaxErrors(p, format string, err error) []fleetwave.FileError {
 		for _, pos := range cueerrors.Positions(e) {
 			if pos.Filename() == p && pos.Line() > 0 {
 				fe.Line, fe.Col = pos.Line(), pos.Column()
+				if format != "YAML" && pos.Offset() == len(data) {
+					// At the end of the file ("found 'EOF'"). CUE's
+					// scanner records no line starting at the end of the
+					// file, so after a final '\n' it reports the last
+					// line, one column past that newline; the end of such
+					// a file is the start of the next line.
+					fe.Line, fe.Col = lineCol(data, len(data))
+				}
 				break
 			}
 		}

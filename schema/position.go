@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"cuelang.org/go/cue/ast"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
@@ -283,4 +285,179 @@ func yamlConversionError(p string, data []byte, err error) (fleetwave.FileError,
 		fe.Line, fe.Col = lineCol(data, off)
 	}
 	return fe, true
+}
+
+// yamlKeyErrors refuses the mapping keys of a YAML file (f, as CUE's
+// decoder made it from data) that YAML reads as something else than a
+// string: a plain 0123, 1.5, .inf, true, ~ or null. CUE turns such a key
+// into the text of its value, often a different one (0123 becomes 0o123,
+// 00 0o0, ~ null, .inf +Inf, True true), so a label or a name written so
+// would silently be another one, which a selector for the written text
+// never matches. Every such key is an error at its position, whatever
+// object field holds it. go-yaml reads YAML 1.2: yes, no, on and off are
+// strings, and so is a plain 01289 for CUE (not an octal number).
+//
+// Only files with a key CUE made from such a value are parsed again with
+// go-yaml: every other key's label is a string that does not start like a
+// number, null, true or false.
+//
+// f is nil when CUE's decoder refused a key ("invalid label -1"): every key
+// is checked then.
+func yamlKeyErrors(p string, data []byte, f *ast.File) []fleetwave.FileError {
+	if f != nil && !mayHaveNonStringKey(f) {
+		return nil
+	}
+	var errs []fleetwave.FileError
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			break // io.EOF; CUE's decoder read the same stream without error
+		}
+		stack := []*yaml.Node{&doc}
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if n.Kind == yaml.AliasNode {
+				continue // checked where it is defined
+			}
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if fe, ok := yamlKeyError(p, data, n.Content[i]); ok {
+						errs = append(errs, fe)
+					}
+				}
+			}
+			stack = append(stack, n.Content...)
+		}
+	}
+	return errs
+}
+
+// mayHaveNonStringKey reports whether a label of f could come from a YAML
+// key that is not a string: CUE's label of such a key is the text of a
+// number (a digit, a sign or a dot first, or NaN or number & ...), null,
+// true or false.
+func mayHaveNonStringKey(f *ast.File) bool {
+	found := false
+	ast.Walk(f, func(n ast.Node) bool {
+		if fd, ok := n.(*ast.Field); ok && !found {
+			name, _, err := ast.LabelName(fd.Label)
+			if err == nil && name != "" && (strings.ContainsRune("0123456789+-.", rune(name[0])) ||
+				strings.HasPrefix(name, "null") || strings.HasPrefix(name, "true") || strings.HasPrefix(name, "false") ||
+				strings.HasPrefix(name, "NaN") || strings.HasPrefix(name, "number")) {
+				found = true
+			}
+		}
+		return !found
+	}, nil)
+	return found
+}
+
+// cueYAMLOctalLike is CUE's exception to go-yaml's resolution: a plain
+// scalar go-yaml reads as a float that looks like a YAML 1.1 octal number
+// with an 8 or a 9 (01289) is a string.
+var cueYAMLOctalLike = regexp.MustCompile(`^[-+]?0[0-9_]+$`)
+
+// yamlKeyError returns the error of mapping key k when YAML reads it as a
+// number, a boolean or null.
+func yamlKeyError(p string, data []byte, k *yaml.Node) (fleetwave.FileError, bool) {
+	at, text := k, k.Value
+	if k.Kind == yaml.AliasNode && k.Alias != nil {
+		text = "*" + k.Value
+		k = k.Alias
+	}
+	if k.Kind != yaml.ScalarNode {
+		return fleetwave.FileError{}, false
+	}
+	tag := k.ShortTag()
+	if tag == "!!float" && k.Style&yaml.TaggedStyle == 0 && cueYAMLOctalLike.MatchString(k.Value) {
+		return fleetwave.FileError{}, false
+	}
+	var what, reads string
+	switch tag {
+	case "!!int", "!!float":
+		what, reads = "a number", cueYAMLNumber(tag, k.Value)
+	case "!!bool":
+		what, reads = "a boolean", "false"
+		if k.Value == "true" || k.Value == "True" || k.Value == "TRUE" {
+			reads = "true"
+		}
+	case "!!null":
+		what, reads = "null", "null"
+	default:
+		return fleetwave.FileError{}, false
+	}
+	fe := fleetwave.FileError{Path: p}
+	fe.Line, fe.Col = yamlNodeLineCol(data, at.Line, at.Column)
+	switch {
+	case k.Style&yaml.TaggedStyle != 0:
+		fe.Msg = fmt.Sprintf("key %s is tagged %s in YAML, which makes it %s: remove the tag and quote it (%s)", text, k.Tag, what, strconv.Quote(k.Value))
+	case at != k:
+		fe.Msg = fmt.Sprintf("key %s is an alias of %s, which YAML reads as %s: write the key as a quoted string (%s)", text, k.Value, what, strconv.Quote(k.Value))
+	case text == "":
+		fe.Msg = `an empty key reads as null in YAML: write it as ""`
+	case reads == text || tag == "!!null":
+		fe.Msg = fmt.Sprintf("key %s reads as %s in YAML: quote it (%s)", text, what, strconv.Quote(text))
+	default:
+		fe.Msg = fmt.Sprintf("key %s reads as %s in YAML (%s): quote it (%s)", text, what, reads, strconv.Quote(text))
+	}
+	return fe, true
+}
+
+// cueYAMLNumber is the text CUE's YAML decoder makes of a number: YAML
+// 1.1 octal (0123) becomes CUE octal (0o123), .inf +Inf, .nan NaN.
+func cueYAMLNumber(tag, v string) string {
+	switch v {
+	case ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF":
+		return "+Inf"
+	case "-.inf", "-.Inf", "-.INF":
+		return "-Inf"
+	case ".nan", ".NaN", ".NAN":
+		return "NaN"
+	}
+	if len(v) > 1 && v[0] == '0' && v[1] >= '0' && v[1] <= '9' {
+		return "0o" + v[1:]
+	}
+	return v
+}
+
+// yamlNodeLineCol converts the position of a go-yaml node (line from 1,
+// column in characters from 1) into a line and byte column of data.
+func yamlNodeLineCol(data []byte, line, column int) (int, int) {
+	off := 0
+	for l := 1; l < line; l++ {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			return lineCol(data, len(data))
+		}
+		off += i + 1
+	}
+	for c := 1; c < column && off < len(data) && data[off] != '\n'; c++ {
+		_, n := utf8.DecodeRune(data[off:])
+		off += n
+	}
+	return lineCol(data, off)
+}
+
+// yamlLoneCR refuses a YAML file with a carriage return that is not part
+// of a CRLF line end, at that character. YAML reads such a character as a
+// line break (an old Mac line end), where every other reader of positions
+// (CUE's decoder, which locates go-yaml's nodes in the lines it counts at
+// '\n', and the positions of this package) sees none: the positions would
+// be wrong, and CUE's decoder can even fail on a line it does not have.
+func yamlLoneCR(p string, data []byte) (fleetwave.FileError, bool) {
+	for off := bytes.IndexByte(data, '\r'); off >= 0; {
+		if off+1 >= len(data) || data[off+1] != '\n' {
+			line, col := lineCol(data, off)
+			return fleetwave.FileError{Path: p, Line: line, Col: col,
+				Msg: `invalid YAML: carriage return without a line feed (a line break in YAML), expected lines ending in \n or \r\n`}, true
+		}
+		next := bytes.IndexByte(data[off+1:], '\r')
+		if next < 0 {
+			break
+		}
+		off += 1 + next
+	}
+	return fleetwave.FileError{}, false
 }

@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -244,5 +245,120 @@ func TestWorkspaceAndOrganizationRecords(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestYAMLKeysThatAreNotStrings: a plain YAML mapping key that YAML reads
+// as a number, a boolean or null is refused at its position, in every
+// object field, with the text CUE would have made of it; the same keys
+// quoted (or yes/no/on/off and 01289, which go-yaml and CUE read as
+// strings) load as written, and so do the same labels in JSON and CUE.
+func TestYAMLKeysThatAreNotStrings(t *testing.T) {
+	v := newValidator(t)
+	refused := []struct{ key, want string }{
+		{"0123", `key 0123 reads as a number in YAML (0o123): quote it ("0123")`},
+		{"00", `key 00 reads as a number in YAML (0o0): quote it ("00")`},
+		{"~", `key ~ reads as null in YAML: quote it ("~")`},
+		{"null", `key null reads as null in YAML: quote it ("null")`},
+		{"NULL", `key NULL reads as null in YAML: quote it ("NULL")`},
+		{".inf", `key .inf reads as a number in YAML (+Inf): quote it (".inf")`},
+		{"-.Inf", `key -.Inf reads as a number in YAML (-Inf): quote it ("-.Inf")`},
+		{".nan", `key .nan reads as a number in YAML (NaN): quote it (".nan")`},
+		{"True", `key True reads as a boolean in YAML (true): quote it ("True")`},
+		{"false", `key false reads as a boolean in YAML: quote it ("false")`},
+		{"8080", `key 8080 reads as a number in YAML: quote it ("8080")`},
+		{"0x1F", `key 0x1F reads as a number in YAML: quote it ("0x1F")`},
+		{"1e3", `key 1e3 reads as a number in YAML: quote it ("1e3")`},
+		{"-1", `key -1 reads as a number in YAML: quote it ("-1")`},
+	}
+	for _, tt := range refused {
+		for _, form := range []struct{ name, file, line string }{
+			{"block", "kind: node\nname: n1\nlabels:\n  env: prod\n  %s: v\n", "5:3"},
+			{"flow", "kind: node\nname: n1\nlabels: {env: prod, %s: v}\n", "3:21"},
+			{"data_addresses", "kind: node\nname: n1\ndata_addresses:\n  %s: 10.0.0.1\n", "4:3"},
+		} {
+			_, err := v.Load(map[string][]byte{"fleetwave.yaml": []byte("kind: config\nname: fleetwave\n"),
+				"nodes/n1.yaml": fmt.Appendf(nil, form.file, tt.key)})
+			lines, lerr := errorLines(err)
+			if lerr != nil {
+				t.Fatalf("%s (%s): %v", tt.key, form.name, lerr)
+			}
+			if want := "nodes/n1.yaml:" + form.line + ": " + tt.want; len(lines) != 1 || lines[0] != want {
+				t.Errorf("%s (%s): errors %q, want [%q]", tt.key, form.name, lines, want)
+			}
+		}
+	}
+	for _, key := range []string{`"0123"`, `'00'`, `"null"`, `"True"`, `"8080"`, "yes", "no", "on", "off", "01289", "env", "!!str 0123"} {
+		snap, err := v.Load(map[string][]byte{"fleetwave.yaml": []byte("kind: config\nname: fleetwave\n"),
+			"nodes/n1.yaml": fmt.Appendf(nil, "kind: node\nname: n1\nlabels:\n  %s: v\n", key)})
+		if err != nil {
+			t.Errorf("key %s refused: %v", key, err)
+			continue
+		}
+		want := strings.Trim(strings.TrimPrefix(key, "!!str "), `"'`)
+		if got := snap.Nodes["n1"].Labels; len(got) != 1 || got[want] != "v" {
+			t.Errorf("key %s loaded as labels %q, want %q", key, got, want)
+		}
+	}
+	// a key as an alias of a number, an explicitly tagged number
+	for _, tt := range []struct{ file, want string }{
+		{"kind: node\nname: n1\nx: &a 0123\nlabels: {*a : v}\n", "nodes/n1.yaml:4:10: key *a is an alias of 0123, which YAML reads as a number: write the key as a quoted string (\"0123\")"},
+		{"kind: node\nname: n1\nlabels: {!!int \"12\": v}\n", "nodes/n1.yaml:3:10: key 12 is tagged !!int in YAML, which makes it a number: remove the tag and quote it (\"12\")"},
+	} {
+		_, err := v.Load(map[string][]byte{"fleetwave.yaml": []byte("kind: config\nname: fleetwave\n"), "nodes/n1.yaml": []byte(tt.file)})
+		if lines, _ := errorLines(err); !slices.Contains(lines, tt.want) {
+			t.Errorf("%q: errors %q, want one %q", tt.file, lines, tt.want)
+		}
+	}
+}
+
+// TestCUESyntaxErrorAtTheEndOfTheFile: an error at the end of a .cue file
+// is at the end of the file, which after a final newline is the start of
+// the next line (CUE's scanner says one column past that newline).
+func TestCUESyntaxErrorAtTheEndOfTheFile(t *testing.T) {
+	tests := []struct{ src, want string }{
+		{"!\n", "nodes/n1.cue:2:1: invalid CUE: expected operand, found 'EOF'"},
+		{"!", "nodes/n1.cue:1:2: invalid CUE: expected operand, found 'EOF'"},
+		{"x: [\n", "nodes/n1.cue:2:1: invalid CUE: expected ']', found 'EOF'"},
+		{"x: [\n\n\n", "nodes/n1.cue:4:1: invalid CUE: expected ']', found 'EOF'"},
+		{"x: [\r\n", "nodes/n1.cue:2:1: invalid CUE: expected ']', found 'EOF'"},
+		{"0A00000000000@\n", "nodes/n1.cue:2:1: invalid CUE: invalid attribute: expected '('"},
+		{"0A00000000000@", "nodes/n1.cue:1:15: invalid CUE: invalid attribute: expected '('"},
+		{"a: 1 @x\nb: 2\n", "nodes/n1.cue:2:1: invalid CUE: invalid attribute: expected '('"},
+	}
+	for _, tt := range tests {
+		_, errs := parseFile("nodes/n1.cue", []byte(tt.src), DefaultMaxFileSize)
+		var got []string
+		for _, fe := range errs {
+			got = append(got, fe.Error())
+		}
+		if !slices.Contains(got, tt.want) {
+			t.Errorf("%q: errors %q, want one %q", tt.src, got, tt.want)
+		}
+	}
+}
+
+// TestYAMLCarriageReturnWithoutLineFeed: YAML reads a carriage return
+// outside a CRLF as a line break, which no other position of a file
+// counts (CUE's decoder failed on the lines it did not have: an internal
+// error, or a position past the end of its line): such a file is refused
+// at that character. CRLF line ends are fine.
+func TestYAMLCarriageReturnWithoutLineFeed(t *testing.T) {
+	const msg = `invalid YAML: carriage return without a line feed (a line break in YAML), expected lines ending in \n or \r\n`
+	tests := []struct{ src, want string }{
+		{"\r 0", "nodes/n1.yaml:1:1: " + msg},
+		{"kind: node\rname: n1\rfoo: 1\r", "nodes/n1.yaml:1:11: " + msg},
+		{"kind: node\r\nname: n1\r\r\n", "nodes/n1.yaml:2:9: " + msg},
+		{"kind: node\r\nname: n1\r\nlabels: {a: b}\r\n", ""},
+	}
+	for _, tt := range tests {
+		_, errs := parseFile("nodes/n1.yaml", []byte(tt.src), DefaultMaxFileSize)
+		var got []string
+		for _, fe := range errs {
+			got = append(got, fe.Error())
+		}
+		if want := []string{tt.want}; (tt.want == "" && len(got) != 0) || (tt.want != "" && !slices.Equal(got, want)) {
+			t.Errorf("%q: errors %q, want %q", tt.src, got, tt.want)
+		}
 	}
 }
