@@ -53,7 +53,9 @@ const (
 // Backoff bounds for hub errors.
 const (
 	minBackoff = 250 * time.Millisecond
-	maxBackoff = 30 * time.Second
+	// maxBackoff stays short: a hub restarting (a crash, a failover) is
+	// back within seconds, and every agent must find it soon after
+	maxBackoff = 3 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -167,7 +169,7 @@ func (a *agent) retry(ctx context.Context, what string, fn func() error) error {
 func (a *agent) pollLoop(ctx context.Context) {
 	b := backoff{min: minBackoff, max: maxBackoff}
 	for ctx.Err() == nil {
-		atts, err := a.client.poll(ctx, a.cfg.PollWait)
+		atts, report, err := a.client.poll(ctx, a.cfg.PollWait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -178,6 +180,9 @@ func (a *agent) pollLoop(ctx context.Context) {
 			continue
 		}
 		b.reset()
+		if report {
+			a.sendReport(ctx) // the hub lost what it knew of this node
+		}
 		if len(atts) == 0 {
 			continue
 		}

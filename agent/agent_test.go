@@ -43,6 +43,8 @@ type testHub struct {
 	reports   []fleetwave.Report
 	// failRegister answers 503 to that many registrations first.
 	failRegister int
+	// wantReport answers that many polls asking for a full report.
+	wantReport   int
 	registerHits int
 }
 
@@ -52,6 +54,16 @@ func newTestHub() *testHub {
 		results:   make(chan fleetwave.AttemptResult, 64),
 		registers: make(chan fleetwave.Report, 64),
 	}
+}
+
+func (h *testHub) WantsReport(string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.wantReport > 0 {
+		h.wantReport--
+		return true
+	}
+	return false
 }
 
 func (h *testHub) AuthenticateAgent(token string) (string, bool) {
@@ -663,5 +675,35 @@ func TestOperationalAttemptLeavesTheInstanceAlone(t *testing.T) {
 	h.hub.enqueue(other)
 	if res := h.hub.result(t); res.Class != fleetwave.ResultSuccess || res.Instance != nil {
 		t.Fatalf("an operational action on a block without an instance: %+v", res)
+	}
+}
+
+// TestAHubThatLostItsObservationsGetsAReportAtOnce: the agent's periodic
+// report is an hour away; the hub answers a poll with report: true (its
+// Redis lost what it knew of this node) and the agent reports at once,
+// once.
+func TestAHubThatLostItsObservationsGetsAReportAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.hub.wantReport = 1
+	h.start(t)
+	h.hub.registration(t)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		h.hub.mu.Lock()
+		n := len(h.hub.reports)
+		h.hub.mu.Unlock()
+		if n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no report after the hub asked for one")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a few more polls: no more reports
+	h.hub.mu.Lock()
+	defer h.hub.mu.Unlock()
+	if len(h.hub.reports) != 1 {
+		t.Fatalf("%d reports, want the one asked for", len(h.hub.reports))
 	}
 }

@@ -75,17 +75,20 @@ func (c *client) result(ctx context.Context, res fleetwave.AttemptResult) error 
 
 // poll long-polls the node's attempts; the request may last wait plus a
 // margin for the hub to answer.
-func (c *client) poll(ctx context.Context, wait time.Duration) ([]fleetwave.Attempt, error) {
+// poll long-polls the node's attempts; report says the hub asks for a
+// full report now.
+func (c *client) poll(ctx context.Context, wait time.Duration) (atts []fleetwave.Attempt, report bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
 	defer cancel()
 	var out struct {
 		Attempts []fleetwave.Attempt `json:"attempts"`
+		Report   bool                `json:"report"`
 	}
 	u := c.nodePath("/attempts") + "?wait=" + url.QueryEscape(wait.String())
 	if err := c.do(ctx, http.MethodGet, u, nil, &out); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out.Attempts, nil
+	return out.Attempts, out.Report, nil
 }
 
 // callTimeout bounds a hub call other than the long poll.

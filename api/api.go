@@ -42,6 +42,10 @@ type Hub interface {
 	// RegisterAgent records an agent's full report at start; r.Node is the
 	// token's node and r passed the API's checks (see the package doc).
 	RegisterAgent(ctx context.Context, r fleetwave.Report) error
+	// WantsReport says whether the hub wants a full report of node now (it
+	// holds no observation of it); the poll then answers at once asking for
+	// one. It must be cheap: every poll asks.
+	WantsReport(node string) bool
 	// PollAttempts returns the attempts queued for node, waiting up to wait
 	// for one to appear.
 	PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error)
@@ -76,6 +80,9 @@ type Hub interface {
 	SetRolloutState(ctx context.Context, id, action string, actor Identity) error
 	// ApprovalHub: approval requests (submit, decide, list, get).
 	ApprovalHub
+	// NodeHub: nodes (list, get, labels, drain), rollout requests, the
+	// filtered list of rollouts, and whether reads need a token.
+	NodeHub
 }
 
 // Readiness is the state of the hub's dependencies, as GET /readyz answers
@@ -269,18 +276,43 @@ func New(h Hub, opts ...Option) http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("GET /api/v1/summary", s.summary)
-	mux.HandleFunc("GET /api/v1/rollouts", s.rollouts)
+	mux.HandleFunc("GET /api/v1/rollouts", s.listRollouts)
 	mux.HandleFunc("GET /api/v1/rollouts/{id}", s.rollout)
 	mux.HandleFunc("POST /api/v1/hooks/git", s.hookGit)
+	mux.HandleFunc("POST /api/v1/rollouts", s.user(RoleOperator, s.createRollout))
 	mux.HandleFunc("POST /api/v1/rollouts/{id}/{action}", s.user(RoleOperator, s.rolloutState))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/register", s.agent(s.register))
 	mux.HandleFunc("GET /api/v1/agent/nodes/{node}/attempts", s.agent(s.poll))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result", s.agent(s.result))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/report", s.agent(s.report))
 	s.approvalRoutes(mux)
+	s.nodeRoutes(mux)
 	mux.HandleFunc("/api/", s.notFound)
-	s.mux = mux
+	// every read goes through the read check first
+	s.mux = http.NewServeMux()
+	s.mux.Handle("/", s.readAuth(mux))
 	return s
+}
+
+// readAuth requires at least a viewer token of every read of the API (GET
+// and HEAD under /api/, but the agents' endpoints, which have their
+// per-node tokens) when the hub has identities (Hub.IdentitiesConfigured);
+// without identities reads stay open. The console page, /healthz, /readyz
+// and /metrics stay open: the console asks for a token in the browser. An
+// unknown path under /api/ is answered 401 before 404.
+func (s *server) readAuth(mux *http.ServeMux) http.Handler {
+	viewer := s.user(RoleViewer, func(w http.ResponseWriter, r *http.Request, _ Identity) { mux.ServeHTTP(w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		if read && strings.HasPrefix(r.URL.Path, "/api/") && !strings.HasPrefix(r.URL.Path, "/api/v1/agent/") && s.hub.IdentitiesConfigured() {
+			if _, pattern := mux.Handler(r); pattern != "" {
+				r.Pattern = pattern // the route of a refused read, for the metrics
+			}
+			viewer(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP sets the request's deadlines, instruments it and turns panics
@@ -584,6 +616,9 @@ func (s *server) takeReport(w http.ResponseWriter, r *http.Request, node string,
 // AttemptsAnswer is the body of GET /api/v1/agent/nodes/{node}/attempts.
 type AttemptsAnswer struct {
 	Attempts []fleetwave.Attempt `json:"attempts"`
+	// Report asks the agent for a full report now: the hub holds no
+	// observation of its node (e.g. Redis lost its data).
+	Report bool `json:"report,omitempty"`
 }
 
 func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
@@ -597,6 +632,12 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 	// full, and the server lifts the read deadline while it watches the
 	// connection for the client hanging up.)
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + s.writeTimeout))
+	if s.hub.WantsReport(node) {
+		// answered at once: the report comes before the next poll
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusOK, AttemptsAnswer{Attempts: []fleetwave.Attempt{}, Report: true})
+		return
+	}
 	atts, err := s.hub.PollAttempts(r.Context(), node, wait)
 	if err != nil {
 		s.fail(w, r, err)

@@ -171,6 +171,8 @@ func (f *fakeHub) Approval(_ context.Context, id string) (fleetwave.Approval, er
 	return fleetwave.Approval{ID: id}, nil
 }
 
+func (f *fakeHub) WantsReport(string) bool { return false }
+
 func (f *fakeHub) TriggerSync() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -182,6 +184,100 @@ func (f *fakeHub) Readiness(context.Context) api.Readiness {
 		return f.readiness()
 	}
 	return api.Readiness{Checks: map[string]string{"redis": "ok", "snapshot": "ok", "git": "ok", "leader": "leader"}}
+}
+
+// fakeNodes are the nodes the fake hub knows.
+var fakeNodes = []string{"node-a", "node-b", "node-c"}
+
+// IdentitiesConfigured: reads are open (identityHub says otherwise).
+func (f *fakeHub) IdentitiesConfigured() bool { return false }
+
+func (f *fakeHub) Nodes(_ context.Context, after string, limit int) ([]api.NodeView, bool, error) {
+	var out []api.NodeView
+	for _, id := range fakeNodes {
+		if id <= after {
+			continue
+		}
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, api.NodeView{ID: id, Labels: map[string]string{}})
+	}
+	return out, false, nil
+}
+
+func (f *fakeHub) Node(_ context.Context, id string) (api.NodeView, error) {
+	for _, n := range fakeNodes {
+		if n == id {
+			return api.NodeView{ID: id, Labels: map[string]string{}}, nil
+		}
+	}
+	return api.NodeView{}, api.ErrNotFound
+}
+
+func (f *fakeHub) SetNodeLabels(_ context.Context, actor api.Identity, id string, labels map[string]string, reason string) (api.NodeWrite, error) {
+	f.record(fmt.Sprintf("labels %s by %s: %d %q", id, actor.Name, len(labels), reason))
+	if _, err := f.Node(context.Background(), id); err != nil {
+		return api.NodeWrite{}, err
+	}
+	return api.NodeWrite{Commit: "c0ffee", Node: api.NodeView{ID: id, Labels: labels}}, nil
+}
+
+func (f *fakeHub) SetNodeDrain(_ context.Context, actor api.Identity, id string, drain bool, reason string) (api.NodeWrite, error) {
+	what := "undrain"
+	if drain {
+		what = "drain"
+	}
+	f.record(fmt.Sprintf("%s %s by %s %q", what, id, actor.Name, reason))
+	n, err := f.Node(context.Background(), id)
+	if err != nil {
+		return api.NodeWrite{}, err
+	}
+	n.Drain = drain
+	return api.NodeWrite{Commit: "c0ffee", Node: n}, nil
+}
+
+func (f *fakeHub) RequestRollout(_ context.Context, actor api.Identity, req api.RolloutCreate) (api.RolloutPlan, error) {
+	f.record(fmt.Sprintf("request %s by %s dry_run=%v", req.BRC, actor.Name, req.DryRun))
+	switch req.BRC {
+	case "unknown":
+		return api.RolloutPlan{}, &api.Error{Status: http.StatusUnprocessableEntity, Code: "unknown_brc", Message: "brc \"unknown\" is not defined"}
+	case "gated":
+		if !req.DryRun {
+			return api.RolloutPlan{}, &api.Error{Status: http.StatusConflict, Code: "approval_required", Message: "submit it to POST /api/v1/config-approvals"}
+		}
+	}
+	name := req.Name
+	if name == "" {
+		name = "req-1"
+	}
+	targets := req.Nodes
+	if targets == nil {
+		targets = []string{"node-a"}
+	}
+	p := api.RolloutPlan{Name: name, Rollout: "manual-" + name, Targets: targets, ApprovalRequired: req.BRC == "gated"}
+	if req.DryRun {
+		for _, n := range targets {
+			p.Items = append(p.Items, api.RolloutPlanItem{Node: n, Block: "web", Action: "upgrade", TargetVersion: "2"})
+		}
+	} else {
+		p.Commit = "c0ffee"
+	}
+	return p, nil
+}
+
+func (f *fakeHub) ListRollouts(ctx context.Context, flt api.RolloutFilter) ([]fleetwave.Rollout, error) {
+	s, err := f.Summary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []fleetwave.Rollout
+	for _, r := range s.Rollouts {
+		if (flt.State == "" || r.Status == flt.State) && (flt.BRC == "" || r.Source.Object == fleetwave.Key(fleetwave.KindTrigger, flt.BRC)) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 var _ api.Hub = (*fakeHub)(nil)

@@ -19,21 +19,28 @@
 //	                         an unknown field (named), a wrong type (the field
 //	                         path named), data after the object
 //	invalid_report (400)     a report field out of its domain or limits
-//	invalid_result (400)     a result field out of its domain or limits; 422
-//	                         when the hub does not accept a valid class (lost)
+//	invalid_result (400)     a result field out of its domain or limits
 //	attempt_mismatch (400)   a result's attempt_id differs from the path's
-//	invalid_query (400)      a bad query parameter (wait)
+//	invalid_query (400)      a bad query parameter (wait, limit, cursor, state)
+//	invalid_labels (400)     a label set breaks the label rules (details.labels)
 //	unauthorized (401)       missing or unknown bearer token
 //	invalid_signature (401)  a git webhook whose signature does not verify
 //	forbidden (403)          a token of another node, an attempt of another
 //	                         node, a role too low
 //	not_found (404)          also for unknown paths and methods under /api/
+//	conflict (409)           the config repository moved under a write; retry
+//	already_exists (409)     a request file of that name exists
+//	invalid_change (422)     a write the repository's schema refuses
+//	not_editable (422)       a node file the hub cannot rewrite faithfully
 //	unknown_attempt (404)    no such attempt
 //	body_timeout (408)       the body did not arrive within the body timeout
 //	body_too_large (413)     the body exceeds the cap
 //	too_many_requests (429)  a client over its in-flight limit; Retry-After
 //	                         says when to try again
-//	not_ready (503)          /readyz: a required dependency fails
+//	not_ready (503)          /readyz: a required dependency fails; a write
+//	                         before the first snapshot
+//	git_unavailable (503)    a write could not reach the config repository
+//	git_busy (503)           another write holds the repository; retry
 //	redis_unavailable (503)  Redis cannot be reached or cannot serve now
 //	internal (500)           anything else; the cause is only logged
 //
@@ -69,9 +76,9 @@
 // or data address name is empty. received_at is set by the hub.
 //
 // Results are refused with invalid_result when attempt_id is missing, fence
-// is negative, class is not success, transient, permanent or lost (the hub
-// refuses lost with 422: it counts an attempt lost itself, at its
-// deadline), output is longer than MaxOutputLen bytes, or the instance
+// is negative, class is not success, transient, permanent or lost (an
+// agent that restarted in the middle of an attempt says lost: a one-shot
+// item is then blocked ambiguous, another retried), output is longer than MaxOutputLen bytes, or the instance
 // breaks the rules of a report's instance; with attempt_mismatch when
 // attempt_id differs from the path. An attempt of another node is 403
 // forbidden whatever the body: before refusing a body's content, the API
@@ -85,13 +92,34 @@
 //	GET  /readyz                readiness (Hub.Readiness), see below
 //	GET  /metrics               Prometheus text format
 //	GET  /api/v1/summary        fleetwave.Summary
-//	GET  /api/v1/rollouts       [fleetwave.Rollout] (the summary's rollouts)
+//	GET  /api/v1/rollouts       [fleetwave.Rollout] (the summary's rollouts); with any of
+//	                            ?state=&brc=&lane=&limit=&cursor= a RolloutsPage, newest first
 //	GET  /api/v1/rollouts/{id}  {"rollout": fleetwave.Rollout, "items": [fleetwave.Item]}
+//	POST /api/v1/rollouts       operator or admin; body RolloutCreate ("dry_run": true plans
+//	                            only) -> 200 RolloutPlan (dry run) | 201 RolloutPlan with the
+//	                            commit of rollouts/<name>; 409 already_exists
 //	POST /api/v1/rollouts/{id}/{pause|resume|cancel}
 //	     operator or admin token; no body or {} -> 200 RolloutAnswer
+//	GET  /api/v1/nodes?limit=N&cursor=C  {"nodes": [NodeView], "next": cursor | ""}
+//	GET  /api/v1/nodes/{id}     NodeView
+//	PUT  /api/v1/nodes/{id}/labels       operator or admin; LabelsBody (the whole set)
+//	POST /api/v1/nodes/{id}/{drain|undrain} operator or admin; optional ReasonBody
+//	                            -> 200 NodeWrite (commit "" when the file already said so)
+//	GET  /api/v1/config-approvals[/{id}] approval requests
+//	POST /api/v1/config-approvals        operator or admin; ApprovalSubmission -> 201
+//	POST /api/v1/config-approvals/{id}/{approve|reject} an admin other than the submitter
 //	POST /api/v1/hooks/git      202 {"status": "accepted"}: fetch the config repository now;
 //	                            the body (the git server's payload) is capped, read in time
 //	                            and verified, never decoded
+//
+// Writes (labels, drain, rollout requests, approvals) are commits to the
+// config repository authored by the hub, the actor in a Fleetwave-Actor
+// trailer and the reason in Fleetwave-Reason: the repository stays the one
+// source of truth, and a write the schema refuses is refused before it is
+// pushed. When the hub has identities (hub.yaml), every read under /api/
+// but the agents' endpoints needs at least a viewer token too; the console
+// page asks for one (a #token=... link or its sign-in form) and keeps it
+// in the tab's session storage.
 //
 // /readyz answers 200 when ready and 503 when not, with the state of each
 // dependency; its causes name the dependency and hold no credentials:
@@ -114,7 +142,9 @@
 //	     body fleetwave.Report (the full report at start) -> 204
 //	GET  /api/v1/agent/nodes/{node}/attempts?wait=10s
 //	     long poll; wait is a Go duration or whole seconds, 0 when absent,
-//	     capped at 30s -> 200 {"attempts": [fleetwave.Attempt]} (never null)
+//	     capped at 30s -> 200 {"attempts": [fleetwave.Attempt]} (never null); with
+//	     "report": true when the hub has no observations of the node (its Redis
+//	     lost them): the agent sends a full report at once
 //	POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result
 //	     body fleetwave.AttemptResult; its attempt_id must equal {attempt} -> 204
 //	POST /api/v1/agent/nodes/{node}/report

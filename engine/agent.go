@@ -127,8 +127,13 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleet
 //   - transient: retrying with retry_after = now + backoff*2^retry_count
 //     (with jitter), or failed once retry_count reached the rollout's
 //     max_retries;
-//   - permanent: blocked (reason "permanent_failure"; the output is never
-//     stored).
+//   - permanent: blocked (reason "permanent_failure"; the output's tail is
+//     kept on the item);
+//   - lost: the agent was stopped while it ran the attempt (it journals
+//     every attempt before running it, and sends lost for one still
+//     "started" at its next start): a one-shot action is blocked (reason
+//     ambiguous_one_shot: it never runs twice), any other is retried as
+//     after a transient failure.
 //
 // Errors: ErrUnknownAttempt, ErrWrongNode (the attempt of another node),
 // ErrStaleAttempt (not the item's current attempt, item no longer in
@@ -148,7 +153,7 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleet
 // says: the group runs without it.
 func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.AttemptResult) error {
 	switch res.Class {
-	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
+	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent, fleetwave.ResultLost:
 	default:
 		return fmt.Errorf("class %q: %w", res.Class, ErrInvalidResult)
 	}

@@ -263,3 +263,27 @@ func TestAFailureCountHaltsTheRollout(t *testing.T) {
 		}
 	})
 }
+
+// TestALostResultFromTheAgent: an agent stopped while it ran an attempt
+// says so at its next start (class lost): a one-shot action is never run
+// again (blocked, ambiguous_one_shot), another is retried at once, as
+// after a transient failure, instead of waiting for the deadline.
+func TestALostResultFromTheAgent(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		s := brcSpec("db", 1, 2, "n1", "n2")
+		s.Items[0].Payload.OneShot = true
+		s.MaxRetries = 2
+		_, items := h.create(s)
+		h.step()
+		for _, a := range h.pollAll(2) {
+			h.complete(a, fleetwave.ResultLost)
+		}
+		if it := h.item(items[0]); it.Status != fleetwave.ItemBlocked || it.Reason != "ambiguous_one_shot" {
+			t.Fatalf("one-shot after lost: %s %q", it.Status, it.Reason)
+		}
+		if it := h.item(items[1]); it.Status != fleetwave.ItemRetrying || it.LastClass != fleetwave.ResultLost {
+			t.Fatalf("converging after lost: %s %q", it.Status, it.LastClass)
+		}
+	})
+}

@@ -65,7 +65,7 @@ func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration)
 // CompleteAttempt applies an attempt's result.
 func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.AttemptResult) error {
 	switch res.Class {
-	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
+	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent, fleetwave.ResultLost:
 	default:
 		// The engine refuses other classes before it looks the attempt up;
 		// ownership is answered first, so that a node learns nothing of
@@ -74,17 +74,8 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 			return err
 		}
 		h.log.Warn().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).Msg("attempt result refused")
-		if res.Class == fleetwave.ResultLost {
-			// An agent sends lost for an attempt it was running when it
-			// stopped. The hub counts such an attempt lost itself, at its
-			// deadline (the item then waits for a report): the agent may
-			// drop its result, which a 4xx answer tells it.
-			return &api.Error{Status: http.StatusUnprocessableEntity, Code: "invalid_result",
-				Message: "class: lost is not accepted; the hub counts an attempt lost at its deadline",
-				Details: map[string]string{"field": "class"}}
-		}
 		return &api.Error{Status: http.StatusBadRequest, Code: "invalid_result",
-			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient or permanent",
+			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient, permanent or lost",
 			Details: map[string]string{"field": "class"}}
 	}
 	if err := h.eng.Complete(ctx, node, res); err != nil {
@@ -341,7 +332,7 @@ func (h *Hub) apiError(ctx context.Context, err error) error {
 	}
 	switch {
 	case errors.Is(err, engine.ErrInvalidResult):
-		return &api.Error{Status: http.StatusBadRequest, Code: "invalid_result", Message: "class: want success, transient or permanent",
+		return &api.Error{Status: http.StatusBadRequest, Code: "invalid_result", Message: "class: want success, transient, permanent or lost",
 			Details: map[string]string{"field": "class"}}
 	case errors.Is(err, engine.ErrNotFound):
 		return &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such rollout"}
@@ -374,4 +365,32 @@ func redisUnavailable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// reportAskEvery bounds how often the hub asks one agent for a full report.
+const reportAskEvery = time.Minute
+
+// WantsReport says whether the hub wants node's full report now: after a
+// reconcile, the observations hold nothing of a node the snapshot knows
+// (Redis lost its data, or the agent never reported). The answer is asked
+// once per reportAskEvery per node, so an agent that cannot report is not
+// kept busy. In memory: every poll asks.
+func (h *Hub) WantsReport(node string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.observed == nil || h.observed[node] {
+		return false // no reconcile yet (agents report at start), or reported
+	}
+	if h.snapshot == nil || h.snapshot.Nodes[node] == nil {
+		return false
+	}
+	now := time.Now()
+	if at, ok := h.askedReport[node]; ok && now.Sub(at) < reportAskEvery {
+		return false
+	}
+	if h.askedReport == nil {
+		h.askedReport = map[string]time.Time{}
+	}
+	h.askedReport[node] = now
+	return true
 }

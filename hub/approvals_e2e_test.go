@@ -795,7 +795,11 @@ func TestTheApprovalFlowThroughGit(t *testing.T) {
 		return strings.Contains(s, "nodes: 1") && strings.Contains(s, "approval_required")
 	})
 	// the console, in a real browser, shows the requests and what waits
-	dom := browser.DumpDOM(t, "http://"+addr+"/", 3*time.Second)
+	// (identities configured: without a token it asks for one)
+	if dom := browser.DumpDOM(t, "http://"+addr+"/", 3*time.Second); !strings.Contains(dom, "sign in with an API token") || strings.Contains(dom, second) {
+		t.Fatalf("the console without a token:\n%s", dom)
+	}
+	dom := browser.DumpDOM(t, "http://"+addr+"/#token=tok-bob", 3*time.Second)
 	for _, want := range []string{second, "consumed", "approval_required", fleetwave.ApprovalRolloutID(second)} {
 		if !strings.Contains(dom, want) {
 			t.Fatalf("console lacks %s:\n%s", want, dom)

@@ -105,6 +105,10 @@ type Hub struct {
 	// statusApplied is the commit the status in Git says was in force
 	// (read at start).
 	statusApplied string
+	// observed are the nodes with a full report at the last reconcile;
+	// askedReport when each node was last asked for one (WantsReport).
+	observed    map[string]bool
+	askedReport map[string]time.Time
 }
 
 // Option configures a Hub.

@@ -71,6 +71,13 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		}
 		return
 	}
+	seen := make(map[string]bool, len(obs))
+	for n := range obs {
+		seen[n] = true
+	}
+	h.mu.Lock()
+	h.observed = seen
+	h.mu.Unlock()
 	h.loadGitRecords(ctx, fence)
 	if _, err := h.eng.SetDrained(ctx, fence, drainedNodes(snap)); err != nil {
 		if ctx.Err() == nil {

@@ -70,9 +70,16 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	res, err := h.repo.WriteStatus(ctx, b.files, gitsync.StatusMessage(b.subject, "", trailers...))
 	if errors.Is(err, gitsync.ErrStaleFence) {
-		// a newer leader wrote status: this hub lost its lease (paused or
-		// partitioned) and must not write over it; the lease loop steps down
-		h.log.Warn().Err(err).Int64("fence", fence).Msg("status commit refused: a newer leader wrote status")
+		// a newer leader wrote status: this hub must not write over it.
+		// Usually its lease is gone already (paused, partitioned); when its
+		// Redis still grants it (a second hub on another Redis wrote), it
+		// steps down anyway: its next campaign starts above the fence in
+		// Git, so a hub is never locked out of status for good.
+		h.log.Warn().Err(err).Int64("fence", fence).Msg("status commit refused: a newer leader wrote status; stepping down")
+		if fence == h.currentFence() {
+			_ = h.eng.Resign(ctx, h.owner, fence)
+			h.setFence(0)
+		}
 		return
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,8 +63,16 @@ func TestRolloutCommandsPauseResumeAndReadBack(t *testing.T) {
 	hubURL := "http://" + h.Addr()
 	cli := func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
+		if !slices.Contains(args, "--token") {
+			args = append(args, "--token", "view-token") // identities configured: reads need one too
+		}
 		code := run(context.Background(), append(args, "--hub", hubURL), &out, &errb)
 		return out.String(), errb.String(), code
+	}
+	anon := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(args, "--hub", hubURL), &out, &errb)
+		return errb.String(), code
 	}
 	waitFor := func(what string, ok func(string) bool, args ...string) string {
 		t.Helper()
@@ -80,6 +89,9 @@ func TestRolloutCommandsPauseResumeAndReadBack(t *testing.T) {
 		}
 	}
 	waitFor("the rollout to start", func(s string) bool { return strings.Contains(s, `"status": "active"`) }, "rollout", "get", "app-g1", "-o", "json")
+	if errb, code := anon("rollout", "list"); code == 0 || !strings.Contains(errb, "unauthorized") {
+		t.Fatalf("a read without a token on a hub with identities: exit %d, %s", code, errb)
+	}
 
 	if _, errb, code := cli("rollout", "pause", "app-g1", "--token", "view-token"); code != 1 || !strings.Contains(errb, "forbidden") {
 		t.Fatalf("a viewer paused: exit %d, %s", code, errb)

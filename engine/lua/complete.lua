@@ -69,11 +69,20 @@ local function result(b)
       redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[b + 8])
       redis.call('SADD', P .. 'obs_nodes', node)
     end
-  elseif class == 'transient' then
+  elseif class == 'lost' and it.one_shot == '1' then
+    -- the agent was stopped while it ran the attempt: whether a one-shot
+    -- action took effect is unknown, and it is never run twice
+    finish(it, 'blocked', 'ambiguous_one_shot', 'last_class', 'lost', 'output', ARGV[b + 12])
+  elseif class == 'transient' or class == 'lost' then
+    -- lost from the agent: it was stopped while it ran the attempt; a
+    -- converging action is safe to run again, as after a transient failure
     transient(it, BASE, MAXB, tonumber(ARGV[b + 6]))
     redis.call('HSET', k_i(it.id), 'output', ARGV[b + 12])
   else
     finish(it, 'blocked', 'permanent_failure', 'last_class', 'permanent', 'output', ARGV[b + 12])
+  end
+  if class == 'lost' and it.one_shot ~= '1' then
+    redis.call('HSET', k_i(it.id), 'last_class', 'lost')
   end
   local lk = it.rollout .. '\n' .. (it.managed_by or '')
   if not lanes[lk] then

@@ -236,7 +236,7 @@ local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'tar
 -- set_status)
 local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
   'managed_by', 'status', 'retry_count', 'attempts', 'last_attempt', 'op', 'a_fence', 'a_state',
-  'target_version' }
+  'target_version', 'one_shot' }
 -- what a wave scan needs of an item it may dispatch (a placement reject
 -- loads the rest)
 local ITEM_RUN_F = { 'rollout', 'node', 'block', 'managed_by', 'status', 'reason', 'retry_after', 'attempts',
