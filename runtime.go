@@ -124,6 +124,11 @@ const (
 	// ReasonClaim: a one-shot event's rollout waits until its record is
 	// committed to Git, so that it never runs twice, even after Redis is lost.
 	ReasonClaim = "claim"
+	// ReasonStateLost: the hub's Redis lost a rollout that was not
+	// finished (a total loss of its data). The rollout's document in Git is
+	// closed: cancelled, its pending items skipped, the items whose attempt
+	// may have run blocked; nothing of it runs again by itself.
+	ReasonStateLost = "state_lost"
 )
 
 // InstanceKey identifies a block instance: one block on one node.

@@ -82,6 +82,10 @@ type Hub struct {
 	// records as handled, read once per leadership (gitFence): after a
 	// total loss of Redis they are what says a request already ran.
 	gitRequests map[string]fleetwave.RequestStatus
+	// lostDocs are the closed documents of the rollouts Git says were
+	// unfinished but Redis no longer has (closeLostRollouts), by rollout
+	// id, until a status commit holds them.
+	lostDocs map[string][]byte
 	gitFence    int64
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string

@@ -301,6 +301,66 @@ nodes: ["n1", "n2"]
 	}
 }
 
+// TestARequestLostMidwayWithRedisIsClosedNotRunAgain: a one-shot request
+// (a 3 s backup on n1 and n2, one at a time) is in flight when Redis loses
+// everything. Its payloads were only in Redis and the backup may have run
+// on a node: the hub neither runs it again nor leaves it "active" in Git
+// forever. Its status document is closed (cancelled, state_lost: the item
+// that was running blocked, the pending one skipped) and the request shows
+// the same.
+func TestARequestLostMidwayWithRedisIsClosedNotRunAgain(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	files := dbFleet()
+	files["blocks/db.cue"] = strings.Replace(files["blocks/db.cue"], `backup: command:  "echo backup >> runs"`,
+		`backup: {command: "echo backup >> runs; sleep 3", one_shot: true}`, 1)
+	remote := gittest.NewRemote(t, files)
+	srv := redistest.Start(t)
+	nodes := []string{"n1", "n2", "n3"}
+	f := startFleetCfg(t, remote, "unix://"+srv.Addr, nodes, nil, func(c *hub.Config) {
+		c.ReconcileInterval = hub.Duration(300 * time.Millisecond)
+	})
+	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	gittest.Push(t, remote, map[string]string{"rollouts/backup-now.cue": `kind: "rollout"
+name: "backup-now"
+brc: "db"
+action_name: "backup"
+nodes: ["n1", "n2"]
+batch_size: 1
+`}, nil, "Back up n1 and n2 now")
+	// the claim is in Git and the first backup runs
+	waitFile(t, remote, "status/rollouts/manual-backup-now.yaml", func(s string) bool { return strings.Contains(s, "status: in_progress") })
+	if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	doc := waitFile(t, remote, "status/rollouts/manual-backup-now.yaml", func(s string) bool {
+		return strings.Contains(s, "status: cancelled") && strings.Contains(s, "reason: state_lost")
+	})
+	for _, want := range []string{"status: blocked", "status: skipped", "check the node"} {
+		if !strings.Contains(doc, want) {
+			t.Fatalf("the closed document lacks %q:\n%s", want, doc)
+		}
+	}
+	waitFile(t, remote, "status/summary.yaml", func(s string) bool {
+		return strings.Contains(s, "rollout: manual-backup-now") && strings.Contains(s, "state: cancelled")
+	})
+	time.Sleep(4 * time.Second) // the running backup ends; a few reconciles
+	total := 0
+	for _, n := range []string{"n1", "n2"} {
+		c := strings.Count(runs(t, f, n), "backup")
+		if c > 1 {
+			t.Fatalf("%s ran the backup %d times", n, c)
+		}
+		total += c
+	}
+	if total != 1 {
+		t.Fatalf("the backup ran %d times in all, want the one in flight at the loss", total)
+	}
+	if _, err := f.hub.Engine().RolloutRecord(context.Background(), "manual-backup-now"); err == nil {
+		t.Fatal("the request's rollout was created again")
+	}
+}
+
 // TestABurstOfCommitsIsOneEvent: with quiescence_seconds, the generations
 // a burst of commits gives a BRC become one rollout, of the last
 // generation, started once the BRC saw no newer commit for that long. The

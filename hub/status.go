@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/reconciler"
 )
@@ -102,6 +103,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 	// the handled requests this commit holds are in Git now: remembered
 	// even if Redis loses them
 	h.mu.Lock()
+	for _, id := range b.lost {
+		delete(h.lostDocs, id)
+	}
 	for name, r := range b.requests {
 		if r.Handled() {
 			if h.gitRequests == nil {
@@ -155,6 +159,8 @@ type statusBatch struct {
 	held []string
 	// requests is the "requests" section the batch commits.
 	requests map[string]fleetwave.RequestStatus
+	// lost are the closed documents of lost rollouts the batch commits.
+	lost []string
 }
 
 // statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
@@ -204,6 +210,13 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	}
 	waitingByNode := map[string][]waitingItem{}
 	subject = "status: summary"
+	h.mu.Lock()
+	var lost []string
+	for id, doc := range h.lostDocs {
+		files["status/rollouts/"+id+".yaml"] = doc // the engine's own document wins below
+		lost = append(lost, id)
+	}
+	h.mu.Unlock()
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
 		r := rollouts[i]
@@ -415,7 +428,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 		files["status/nodes/"+node+".yaml"] = doc
 	}
-	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests}, nil
+	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost}, nil
 }
 
 // requestStatuses builds the "requests" section: every request the engine
@@ -478,8 +491,9 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 		return
 	}
 	handled := map[string]fleetwave.RequestStatus{}
+	var status map[string][]byte
 	if tip != "" {
-		status, err := h.repo.StatusFiles(ctx, tip)
+		status, err = h.repo.StatusFiles(ctx, tip)
 		if err != nil {
 			h.log.Warn().Err(err).Msg("read status files; requests known only from redis")
 			return
@@ -499,13 +513,98 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 			}
 		}
 	}
+	lost := h.closeLostRollouts(ctx, status, handled)
 	h.mu.Lock()
-	h.gitRequests, h.gitFence = handled, fence
+	h.gitRequests, h.gitFence, h.lostDocs = handled, fence, lost
 	h.mu.Unlock()
 	h.restoreApprovals(ctx, fence)
 	if len(handled) > 0 {
 		h.log.Info().Int("requests", len(handled)).Int64("fence", fence).Msg("handled requests read from status")
 	}
+}
+
+// closeLostRollouts finds the rollouts whose document in Git (status,
+// the files at the status tip) is not finished but which the engine does
+// not know: Redis lost them. Nothing can run their remaining items safely
+// (the payloads were only in Redis, a one-shot action may have run), so
+// each is closed: cancelled with reason state_lost, its pending items
+// skipped, its items that were in flight blocked (whether their attempt
+// ran is unknown: check the node), counters recomputed. The handled
+// requests they served are updated to match. It returns the closed
+// documents, committed by the next status write; a trigger's rollout is
+// planned again from the observations, a manual request is not.
+func (h *Hub) closeLostRollouts(ctx context.Context, status map[string][]byte, handled map[string]fleetwave.RequestStatus) map[string][]byte {
+	lost := map[string][]byte{}
+	for path, data := range status {
+		id, ok := strings.CutPrefix(path, "status/rollouts/")
+		if !ok || !strings.HasSuffix(id, ".yaml") {
+			continue
+		}
+		id = strings.TrimSuffix(id, ".yaml")
+		doc, err := parseRolloutStatus(data)
+		if err != nil {
+			h.log.Warn().Err(err).Str("path", path).Msg("rollout status unreadable; left as it is")
+			continue
+		}
+		if doc.Rollout.Status.Finished() || doc.Rollout.ID != id {
+			continue
+		}
+		if _, err := h.eng.RolloutRecord(ctx, id); !errors.Is(err, engine.ErrNotFound) {
+			continue // the engine has it (or cannot say now): it writes the document
+		}
+		r := doc.Rollout
+		r.Status, r.Reason, r.UpdatedAt = fleetwave.RolloutCancelled, fleetwave.ReasonStateLost, h.clock.Now().UTC()
+		r.Counters = fleetwave.Counters{}
+		for i := range doc.Items {
+			it := &doc.Items[i]
+			if !it.Status.Terminal() {
+				if it.Status == fleetwave.ItemPending {
+					it.Status = fleetwave.ItemSkipped
+				} else {
+					it.Status = fleetwave.ItemBlocked
+					it.Message = "the hub lost this item's state while its attempt could have run: check the node"
+				}
+				it.Reason = fleetwave.ReasonStateLost
+			}
+			r.Counters.Add(it.Status, 1)
+		}
+		out, err := rolloutStatus(r, doc.Items)
+		if err != nil {
+			h.log.Warn().Err(err).Str("rollout", id).Msg("close lost rollout")
+			continue
+		}
+		lost[id] = out
+		for name, rs := range handled {
+			if rs.Rollout == id {
+				rs.State = string(fleetwave.RolloutCancelled)
+				handled[name] = rs
+			}
+		}
+		h.log.Warn().Str("rollout", id).Str("reason", fleetwave.ReasonStateLost).Int64("failed", r.Counters.Failed).
+			Msg("rollout lost with redis's data: closed in status, not run again")
+	}
+	return lost
+}
+
+// parseRolloutStatus reads a status/rollouts/<id>.yaml document back.
+func parseRolloutStatus(data []byte) (struct {
+	Rollout fleetwave.Rollout `json:"rollout"`
+	Items   []fleetwave.Item  `json:"items"`
+}, error) {
+	var doc struct {
+		Rollout fleetwave.Rollout `json:"rollout"`
+		Items   []fleetwave.Item  `json:"items"`
+	}
+	var raw any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return doc, err
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return doc, err
+	}
+	err = json.Unmarshal(b, &doc)
+	return doc, err
 }
 
 func short(c string) string {
