@@ -86,7 +86,7 @@ type Hub struct {
 	// unfinished but Redis no longer has (closeLostRollouts), by rollout
 	// id, until a status commit holds them.
 	lostDocs map[string][]byte
-	gitFence    int64
+	gitFence int64
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/
