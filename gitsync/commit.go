@@ -196,6 +196,12 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 			return StatusResult{}, r.translate("push", err)
 		}
 		if attempt >= r.opts.pushRetries {
+			if r.refLocked(branchRef, err) {
+				// not a race that ends: a push into the remote was cut (a
+				// killed process) and left the ref's lock file behind
+				return StatusResult{}, fmt.Errorf("%w: %d attempts: the remote's %s stays locked (%v): a push into it was interrupted and left its lock file; if no push is running, remove %s.lock in the remote repository",
+					ErrPushRaces, attempt, branchRef, err, branchRef)
+			}
 			return StatusResult{}, fmt.Errorf("%w: %d attempts, last: %v", ErrPushRaces, attempt, err)
 		}
 		wait := min(pushBackoffBase<<(attempt-1), pushBackoffMax)
@@ -351,6 +357,21 @@ func entryAt(s storer.EncodedObjectStorer, tree plumbing.Hash, p string) (plumbi
 		}
 		tree, p = found.Hash, rest
 	}
+}
+
+// refLocked reports whether a push failed on the remote ref's lock file
+// rather than on a race: git's receive-pack says "cannot lock ref"; for a
+// file:// remote the lock file itself is looked for.
+func (r *Repo) refLocked(ref plumbing.ReferenceName, err error) bool {
+	if strings.Contains(err.Error(), "cannot lock ref") {
+		return true
+	}
+	dir, ok := strings.CutPrefix(r.remote, "file://")
+	if !ok {
+		return false
+	}
+	_, serr := os.Stat(filepath.Join(dir, filepath.FromSlash(ref.String())+".lock"))
+	return serr == nil
 }
 
 // isPushRace reports whether a push failed because the remote branch moved:

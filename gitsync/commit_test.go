@@ -218,3 +218,27 @@ func TestSeedBareAndInitWorktreeMakeReposGitReads(t *testing.T) {
 		}
 	})
 }
+
+// TestAStaleRefLockInTheRemoteIsNamed: a push into the remote that was cut
+// (a killed process) left main's lock file: every push fails "cannot lock
+// ref". That is no race that ends, and the error says which file to remove.
+func TestAStaleRefLockInTheRemoteIsNamed(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url, WithPushRetries(2))
+	fetch(t, r)
+	lock := filepath.Join(strings.TrimPrefix(url, "file://"), "refs", "heads", "main.lock")
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status")
+	if !errors.Is(err, ErrPushRaces) || !strings.Contains(err.Error(), "remove refs/heads/main.lock") {
+		t.Fatalf("error = %v, want one naming refs/heads/main.lock", err)
+	}
+	if err := os.Remove(lock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status"); err != nil {
+		t.Fatalf("after the lock is gone: %v", err)
+	}
+}
