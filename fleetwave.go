@@ -519,3 +519,9 @@ func itoa(n int) string {
 	}
 	return string(buf[i:])
 }
+
+// DefaultActionTimeout is the timeout of a block action that sets none:
+// the schema fills it in (defaults.block in the CUE definitions say the
+// same, a test checks they agree), the engine bounds an attempt whose
+// payload has none by it, and the agent a command.
+const DefaultActionTimeout = 5 * time.Minute

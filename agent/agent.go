@@ -47,7 +47,7 @@ const (
 	DefaultReportInterval = 30 * time.Second
 	DefaultShell          = "/bin/sh"
 	// DefaultTimeout bounds a command whose payload sets no timeout.
-	DefaultTimeout = 5 * time.Minute
+	DefaultTimeout = fleetwave.DefaultActionTimeout
 )
 
 // Backoff bounds for hub errors.
@@ -159,7 +159,7 @@ func (a *agent) retry(ctx context.Context, what string, fn func() error) error {
 			return err
 		}
 		d := b.next()
-		a.log.Warn().Err(err).Str("node", a.cfg.Node).Str("call", what).Dur("retry_in", d).Msg("hub call failed")
+		a.log.Warn().Err(err).Str("node", a.cfg.Node).Str("call", what).Int64("retry_in_ms", d.Milliseconds()).Msg("hub call failed")
 		if err := sleep(ctx, d); err != nil {
 			return err
 		}
@@ -175,7 +175,7 @@ func (a *agent) pollLoop(ctx context.Context) {
 				return
 			}
 			d := b.next()
-			a.log.Warn().Err(err).Str("node", a.cfg.Node).Dur("retry_in", d).Msg("poll failed")
+			a.log.Warn().Err(err).Str("node", a.cfg.Node).Int64("retry_in_ms", d.Milliseconds()).Msg("poll failed")
 			_ = sleep(ctx, d)
 			continue
 		}

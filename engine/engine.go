@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/clock"
 )
 
@@ -52,7 +53,7 @@ const (
 	// DefaultBackoffMax caps the retry delay.
 	DefaultBackoffMax = 10 * time.Minute
 	// DefaultActionTimeout bounds an attempt whose payload sets no timeout.
-	DefaultActionTimeout = 10 * time.Minute
+	DefaultActionTimeout = fleetwave.DefaultActionTimeout
 )
 
 // ReasonPlacementRejected is the reason of an item blocked before dispatch

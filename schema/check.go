@@ -21,7 +21,7 @@ const (
 	maxLabels   = 16
 	maxLabelLen = 63
 	// DefaultActionTimeout is the timeout of a block action that sets none.
-	DefaultActionTimeout = 5 * time.Minute
+	DefaultActionTimeout = fleetwave.DefaultActionTimeout
 )
 
 var (
