@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -62,7 +64,7 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 		}
 	}
 	rend := newRenderer(opts)
-	for _, name := range sortedKeys(snap.Triggers) {
+	for _, name := range slices.Sorted(maps.Keys(snap.Triggers)) {
 		t := snap.Triggers[name]
 		if t.TriggerType != "" && t.TriggerType != fleetwave.TriggerReconciliation {
 			continue

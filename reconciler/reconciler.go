@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -71,7 +72,7 @@ func PlanWith(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Tim
 	_ = now
 	plan := Plan{Held: map[string]string{}}
 	r := newRenderer(opts)
-	for _, name := range sortedKeys(snap.Triggers) {
+	for _, name := range slices.Sorted(maps.Keys(snap.Triggers)) {
 		t := snap.Triggers[name]
 		if t.TriggerType != "" && t.TriggerType != fleetwave.TriggerReconciliation {
 			continue
@@ -88,15 +89,6 @@ func PlanWith(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Tim
 		plan.Rollouts = append(plan.Rollouts, spec)
 	}
 	return plan
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // RolloutID is the id of the rollout of a trigger's generation: one trigger

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"path/filepath"
 	"reflect"
@@ -209,7 +210,7 @@ func TestOrdinaryTemplatesUseLittleWork(t *testing.T) {
 	for _, path := range dirs {
 		snap := loadSnapshot(t, path)
 		r := newRenderer(Options{Credential: fakeCredential})
-		for _, tn := range sortedKeys(snap.Triggers) {
+		for _, tn := range slices.Sorted(maps.Keys(snap.Triggers)) {
 			tr := snap.Triggers[tn]
 			b := snap.Blocks[tr.BlockName]
 			if b == nil {
@@ -303,7 +304,7 @@ func TestScopeFollowsEveryFilter(t *testing.T) {
 		snap.Triggers["org"] = &fleetwave.Trigger{Name: "org", BlockName: "operator", TargetOrganizations: []string{"acme"}}
 		snap.Triggers["ws"] = &fleetwave.Trigger{Name: "ws", BlockName: "operator", TargetWorkspaces: []string{"ws-a"},
 			Nodes: []string{"n001", "n002", "n003", "n004", "n005", "n006"}}
-		for _, name := range sortedKeys(snap.Triggers) {
+		for _, name := range slices.Sorted(maps.Keys(snap.Triggers)) {
 			tr := snap.Triggers[name]
 			var want []string
 			for _, id := range snap.SortedNodeIDs() {
@@ -401,7 +402,7 @@ func rebuild(r *rand.Rand, s *fleetwave.Snapshot) *fleetwave.Snapshot {
 	for _, id := range ids {
 		n := *s.Nodes[id]
 		n.Labels = map[string]string{}
-		keys := sortedKeys(s.Nodes[id].Labels)
+		keys := slices.Sorted(maps.Keys(s.Nodes[id].Labels))
 		r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 		for _, k := range keys {
 			n.Labels[k] = s.Nodes[id].Labels[k]
@@ -409,7 +410,7 @@ func rebuild(r *rand.Rand, s *fleetwave.Snapshot) *fleetwave.Snapshot {
 		c.Nodes[id] = &n
 	}
 	c.Triggers = map[string]*fleetwave.Trigger{}
-	names := sortedKeys(s.Triggers)
+	names := slices.Sorted(maps.Keys(s.Triggers))
 	r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
 	for _, n := range names {
 		c.Triggers[n] = s.Triggers[n]

@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
@@ -41,7 +43,7 @@ type Fire struct {
 // argument. Times are in UTC.
 func Schedules(snap *fleetwave.Snapshot, lastFired map[string]time.Time, now time.Time) []Fire {
 	var out []Fire
-	for _, name := range sortedKeys(snap.Triggers) {
+	for _, name := range slices.Sorted(maps.Keys(snap.Triggers)) {
 		t := snap.Triggers[name]
 		if t.TriggerType != fleetwave.TriggerSchedule {
 			continue

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -215,7 +216,7 @@ func (c *fileChecker) labels(sel []any, labels map[string]string, limit bool) {
 	if limit && len(labels) > maxLabels {
 		c.errorf(sel, "found %d labels, expected at most %d", len(labels), maxLabels)
 	}
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		s := append(slices.Clone(sel), k)
 		c.labelKey(s, k, true)
 		c.labelValue(s, labels[k])
@@ -247,15 +248,6 @@ func (c *fileChecker) selectorAt(base []any, s *fleetwave.Selector) {
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // checkObject runs the Go checks the CUE schema does not express cleanly
 // (durations, cron, time zones, label syntax, names used as map keys) and
 // fills the parsed durations.
@@ -264,7 +256,7 @@ func checkObject(p string, data cue.Value, obj any) []fleetwave.FileError {
 	switch o := obj.(type) {
 	case *fleetwave.Config:
 		o.Backoff = c.duration(fld("backoff"), o.BackoffText, true)
-		for _, name := range sortedKeys(o.MaintenanceWindows) {
+		for _, name := range slices.Sorted(maps.Keys(o.MaintenanceWindows)) {
 			w := o.MaintenanceWindows[name]
 			sel := fld("maintenance_windows", name)
 			c.name(sel, "window name", name)
@@ -310,7 +302,7 @@ func checkObject(p string, data cue.Value, obj any) []fleetwave.FileError {
 			}
 		}
 	case *fleetwave.Block:
-		for _, name := range sortedKeys(o.Actions) {
+		for _, name := range slices.Sorted(maps.Keys(o.Actions)) {
 			a := o.Actions[name]
 			sel := fld("actions", name)
 			c.name(sel, "action name", name)

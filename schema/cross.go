@@ -2,6 +2,8 @@ package schema
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"cuelang.org/go/cue"
 
@@ -120,7 +122,7 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			if t := brc(x.BRC); t != nil && x.ActionName != "" {
 				if b := snap.Blocks[t.BlockName]; b != nil {
 					if _, ok := b.Actions[x.ActionName]; !ok {
-						c.errorf(fld("action_name"), "block %q has no action %q, expected one of %v", b.Name, x.ActionName, sortedKeys(b.Actions))
+						c.errorf(fld("action_name"), "block %q has no action %q, expected one of %v", b.Name, x.ActionName, slices.Sorted(maps.Keys(b.Actions)))
 					}
 				}
 			}
@@ -162,7 +164,7 @@ func ownerConflicts(snap *fleetwave.Snapshot, objs []*object, dataOf func(path s
 			byBlock[t.BlockName] = append(byBlock[t.BlockName], o)
 		}
 	}
-	for _, block := range sortedKeys(byBlock) {
+	for _, block := range slices.Sorted(maps.Keys(byBlock)) {
 		triggers := byBlock[block]
 		if len(triggers) < 2 {
 			continue
@@ -211,7 +213,7 @@ func checkTriggerBlock(c *fileChecker, snap *fleetwave.Snapshot, t *fleetwave.Tr
 	}
 	need := func(action, why string, sel ...any) {
 		if _, ok := b.Actions[action]; !ok {
-			c.errorf(sel, "block %q has no action %q (%s), expected one of %v", b.Name, action, why, sortedKeys(b.Actions))
+			c.errorf(sel, "block %q has no action %q (%s), expected one of %v", b.Name, action, why, slices.Sorted(maps.Keys(b.Actions)))
 		}
 	}
 	if t.TriggerType == fleetwave.TriggerSchedule {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -71,7 +72,7 @@ func CheckLabels(labels map[string]string) []LabelProblem {
 		out = append(out, LabelProblem{Problem: fmt.Sprintf("found %d labels, expected at most %d", len(labels), maxLabels)})
 	}
 	more := 0
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		for _, p := range []string{labelKeyProblem(k), labelValueProblem(labels[k])} {
 			if p == "" {
 				continue
@@ -272,7 +273,7 @@ func labelOrder(old []string, labels map[string]string) []string {
 			seen[k] = true
 		}
 	}
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		if !seen[k] {
 			out = append(out, k)
 		}

@@ -3,9 +3,11 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,7 +171,7 @@ func (g *fileGen) fields(kind fleetwave.Kind) []gf {
 		}
 	}
 	var fs []gf
-	for _, k := range sortedKeys(opt) {
+	for _, k := range slices.Sorted(maps.Keys(opt)) {
 		required := (kind == fleetwave.KindRollout || kind == fleetwave.KindApproval) && k == "brc" ||
 			kind == fleetwave.KindApproval && k == "target_version"
 		if (required && g.chance(0.97)) || g.chance(0.5) {
