@@ -13,14 +13,12 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/cronspec"
 )
 
 // ErrInvalidWindow: a maintenance window's cron expression, duration or
 // time zone cannot be used.
 var ErrInvalidWindow = errors.New("invalid maintenance window")
-
-// cronParser parses strict 5-field expressions (and @descriptors).
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // windowDef is one window as stored in a window set (the name is left out:
 // two windows with the same schedule are the same window).
@@ -90,7 +88,7 @@ func windowSetOf(it fleetwave.ItemSpec) (id, def string, err error) {
 }
 
 func parseWindow(wd windowDef) (parsedWindow, error) {
-	s, err := cronParser.Parse(wd.Cron)
+	s, err := cronspec.Parse(wd.Cron)
 	if err != nil {
 		return parsedWindow{}, fmt.Errorf("cron %q: %v: %w", wd.Cron, err, ErrInvalidWindow)
 	}

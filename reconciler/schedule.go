@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/cronspec"
 	"github.com/robfig/cron/v3"
 )
-
-// cronParser accepts the strict 5-field form and @descriptors.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Fire is the state of one schedule trigger at now.
 type Fire struct {
@@ -84,7 +82,7 @@ func parseSchedule(t *fleetwave.Trigger) (cron.Schedule, *time.Location, error) 
 		}
 		loc = l
 	}
-	sched, err := cronParser.Parse(t.CronExpression)
+	sched, err := cronspec.Parse(t.CronExpression)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cron_expression %q: %w", t.CronExpression, err)
 	}

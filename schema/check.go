@@ -12,9 +12,9 @@ import (
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/token"
-	"github.com/robfig/cron/v3"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/cronspec"
 )
 
 // Limits of the rules (docs/contract.md#rules) and of the name rules.
@@ -28,7 +28,6 @@ const (
 var (
 	nameRE       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	dnsPrefixRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
-	cronParser   = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	cronFromTime = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC) // fixed: validation never reads the clock
 )
 
@@ -149,7 +148,7 @@ func (c *fileChecker) cron(sel []any, expr string) {
 		c.errorf(sel, "found a time zone prefix in %q, expected the zone in the timezone field", expr)
 		return
 	}
-	s, err := cronParser.Parse(expr)
+	s, err := cronspec.Parse(expr)
 	if err != nil {
 		c.errorf(sel, "invalid cron expression %q (%v), expected 5 fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily", expr, err)
 		return
