@@ -242,3 +242,30 @@ func TestAStaleRefLockInTheRemoteIsNamed(t *testing.T) {
 		t.Fatalf("after the lock is gone: %v", err)
 	}
 }
+
+// TestAMirrorWithADamagedRefIsClonedAgain: a hub killed while go-git
+// wrote a ref of its mirror leaves the file empty (or cut). The next start
+// clones the mirror again instead of failing every start with "ref file is
+// empty".
+func TestAMirrorWithADamagedRefIsClonedAgain(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	want := fetch(t, r)
+	_ = r.Close()
+	for _, damage := range []string{"", "3c8e05a"} {
+		ref := filepath.Join(dir, "refs", "remotes", "origin", "main")
+		if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(ref, []byte(damage), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := openAt(t, url, dir)
+		if got := fetch(t, r); got != want {
+			t.Fatalf("after a damaged ref %q: head %s, want %s", damage, got, want)
+		}
+		_ = r.Close()
+	}
+}

@@ -241,6 +241,18 @@ func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
 		if err := r.openExisting(); err != nil {
 			return nil, err
 		}
+		if err := checkRefs(r.repo); err != nil {
+			// A process killed while it wrote a ref leaves it empty or cut
+			// (go-git writes refs in place). The mirror is a cache of the
+			// remote: clone it again rather than fail every start.
+			log.Warn().Err(err).Str("dir", src.Dir).Msg("mirror refs damaged (a crash while writing?); cloning again")
+			_ = r.Close()
+			clearDir(src.Dir)
+			if err := r.clone(ctx); err != nil {
+				return nil, err
+			}
+			log.Info().Str("url", remote).Str("branch", src.Branch).Msg("mirror cloned")
+		}
 	}
 	head, err := r.repo.Reference(r.trackingRef(), true)
 	switch {
@@ -291,6 +303,21 @@ func (r *Repo) clone(ctx context.Context) error {
 	}
 	r.repo = repo
 	return nil
+}
+
+// checkRefs reads every ref of repo: an error means one is unreadable.
+func checkRefs(repo *git.Repository) error {
+	iter, err := repo.Storer.IterReferences()
+	if err != nil {
+		return err
+	}
+	defer iter.Close()
+	return iter.ForEach(func(ref *plumbing.Reference) error {
+		if ref.Type() == plumbing.HashReference && ref.Hash().IsZero() {
+			return fmt.Errorf("ref %s: zero hash", ref.Name())
+		}
+		return nil
+	})
 }
 
 func (r *Repo) openExisting() error {
