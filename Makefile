@@ -28,9 +28,10 @@ chaos:
 	$(GITENV) $(GO) test -count=1 -timeout 60m -run TestChaos -v ./internal/chaos/ \
 		-args -chaos.long -chaos.runs=$(CHAOS_RUNS) $(CHAOS_ARGS)
 
-## demo: a whole fleet on this machine (embedded Redis, hub, 12 agents, console on :8080)
+## demo: a whole fleet on this machine (embedded Redis, hub, one agent per example node, console
+## on :8080; another port with PORT=9090); it prints the console link and the API tokens
 demo: build
-	./$(BIN) demo
+	./$(BIN) demo $(if $(PORT),--listen 127.0.0.1:$(PORT))
 
 ## bench: the benchmark reports (engine, git write-back, reconciler, schema) with their baselines
 ## (redis-benchmark, the git CLI, cue vet when installed); figures are printed, never asserted

@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -50,7 +53,61 @@ func demoCmd(stdout io.Writer, newLogger func(zerolog.Level, bool) zerolog.Logge
 	return cmd
 }
 
+// demoIdentity is one API caller the demo configures, with a token made
+// at start.
+type demoIdentity struct{ name, role, token string }
+
+// demoIdentities makes the demo's admin, operator and viewer, each with a
+// new random token.
+func demoIdentities() ([]demoIdentity, error) {
+	ids := []demoIdentity{{name: "demo-admin", role: "admin"}, {name: "demo-operator", role: "operator"}, {name: "demo-viewer", role: "viewer"}}
+	for i := range ids {
+		tok, err := randomToken()
+		if err != nil {
+			return nil, err
+		}
+		ids[i].token = tok
+	}
+	return ids, nil
+}
+
+func randomToken() (string, error) {
+	buf := make([]byte, 24)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(buf), nil
+}
+
+// portInUse turns a listen error on an address already taken into a
+// message that says how to pick another port; other errors are returned
+// as they are.
+func portInUse(listen string, err error) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(listen)
+	other := "9090"
+	if port == other {
+		other = "9091"
+	}
+	return fmt.Errorf("port %s is in use: make demo PORT=%s (or fleetwave demo --listen 127.0.0.1:%s)", port, other, other)
+}
+
+// checkListen fails early, before any work, when the demo's address is
+// taken.
+func checkListen(listen string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return portInUse(listen, fmt.Errorf("listen on %s: %w", listen, err))
+	}
+	return ln.Close()
+}
+
 func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logger) error {
+	if err := checkListen(o.listen); err != nil {
+		return err
+	}
 	if o.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
@@ -87,17 +144,30 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 	tokens := map[string]string{}
 	hashes := map[string]string{}
 	for _, n := range nodes {
-		buf := make([]byte, 24)
-		if _, err := rand.Read(buf); err != nil {
+		tok, err := randomToken()
+		if err != nil {
 			return err
 		}
-		tok := hex.EncodeToString(buf)
 		tokens[n] = tok
 		hashes[n] = hub.HashToken(tok)
 		if err := os.MkdirAll(filepath.Join(dir, "agents", n), 0o700); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(dir, "agents", n, "token"), []byte(tok+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	ids, err := demoIdentities()
+	if err != nil {
+		return err
+	}
+	identities := make([]hub.Identity, len(ids))
+	if err := os.MkdirAll(filepath.Join(dir, "tokens"), 0o700); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		identities[i] = hub.Identity{Name: id.name, Role: id.role, TokenSHA256: hub.HashToken(id.token)}
+		if err := os.WriteFile(filepath.Join(dir, "tokens", id.role), []byte(id.token+"\n"), 0o600); err != nil {
 			return err
 		}
 	}
@@ -117,12 +187,13 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 		DataDir:            filepath.Join(dir, "hub"),
 		Status:             hub.StatusConfig{Interval: hub.Duration(2 * time.Second)},
 		Agents:             hub.AgentsConfig{Tokens: hashes},
+		Identities:         identities,
 		StepInterval:       hub.Duration(100 * time.Millisecond),
 		HubID:              "demo-hub",
 	}
 	h, err := hub.New(ctx, cfg, hub.WithLogger(log))
 	if err != nil {
-		return err
+		return portInUse(o.listen, err)
 	}
 	defer h.Close()
 	url := "http://" + h.Addr()
@@ -147,12 +218,26 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 		})
 	}
 
+	admin, operator := ids[0].token, ids[1].token
 	fmt.Fprintf(out, `fleetwave demo
-  console:     %s
+  console:     %s/#token=%s
+               (signed in as demo-admin; the console's sign-in form takes any token below)
   remote repo: %s   (the hub follows its main branch)
   agents:      %d, state under %s
   redis:       %s
 
+API identities (tokens new at each start, also in %s):
+`, url, admin, remote, len(nodes), filepath.Join(dir, "agents"), o.redis, filepath.Join(dir, "tokens"))
+	for _, id := range ids {
+		fmt.Fprintf(out, "  %-9s %-14s %s\n", id.role, id.name, id.token)
+	}
+	fmt.Fprintf(out, `
+Try the CLI as the operator:
+  export FLEETWAVE_HUB=%s FLEETWAVE_TOKEN=%s
+  fleetwave node list
+  fleetwave node drain edge-02 --reason maintenance
+  fleetwave rollout create --brc operator-rollout --selector 'env=prod' --dry-run
+  fleetwave rollout watch operator-rollout-g1
 Watch a rollout run in waves, then push a change:
   git clone %s %s
   cd %s && sed -i 's/1.4.0/1.5.0/' brc/operator-rollout.cue
@@ -161,8 +246,7 @@ Status commits go to their own branch:  git -C %s log --oneline fleetwave/status
   (main keeps people's commits only)
 Stop with Ctrl-C.
 
-`, url, remote, len(nodes), filepath.Join(dir, "agents"), o.redis,
-		remote, filepath.Join(dir, "work"), filepath.Join(dir, "work"), remote)
+`, url, operator, remote, filepath.Join(dir, "work"), filepath.Join(dir, "work"), remote)
 
 	progress(runCtx, h, out)
 	stop()

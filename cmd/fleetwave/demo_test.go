@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,7 +50,7 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--dir", dir, "--for", "3m"}, &stdout, &stderr)
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--dir", dir, "--for", "3m", "--log-level", "info"}, &stdout, &stderr)
 	}()
 	remote := filepath.Join(dir, "remote.git")
 	deadline := time.Now().Add(2 * time.Minute)
@@ -70,6 +74,7 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 	if main := gitOut(t, "-C", remote, "log", "--format=%s", "main"); strings.Contains(main, "status: ") {
 		t.Fatalf("status commits on main:\n%s", main)
 	}
+	checkDemoIdentities(t, stdout.String(), dir)
 	cancel()
 	select {
 	case code := <-done:
@@ -84,6 +89,86 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	// logs to a buffer (not a terminal): plain text, no colour codes
+	if logs := stderr.String(); !strings.Contains(logs, " INF ") || strings.Contains(logs, "\x1b[") {
+		t.Errorf("demo log output (want info lines without ANSI escapes):\n%q", logs[:min(len(logs), 2000)])
+	}
+}
+
+var (
+	demoConsole      = regexp.MustCompile(`(?m)^  console: +(http://[0-9.:]+)/#token=([0-9a-f]{48})$`)
+	demoIdentityLine = regexp.MustCompile(`(?m)^  (admin|operator|viewer) +(demo-[a-z]+) +([0-9a-f]{48})$`)
+)
+
+// checkDemoIdentities: the demo prints a console link signed in as its
+// admin, and an admin, an operator and a viewer whose tokens the hub
+// takes with their roles.
+func checkDemoIdentities(t *testing.T, out, dir string) {
+	t.Helper()
+	m := demoConsole.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no console link with #token= in the demo output:\n%s", out)
+	}
+	hubURL, tokens := m[1], map[string]string{}
+	for _, id := range demoIdentityLine.FindAllStringSubmatch(out, -1) {
+		if id[2] != "demo-"+id[1] {
+			t.Fatalf("identity line %q", id[0])
+		}
+		tokens[id[1]] = id[3]
+		if file, err := os.ReadFile(filepath.Join(dir, "tokens", id[1])); err != nil || strings.TrimSpace(string(file)) != id[3] {
+			t.Fatalf("tokens/%s: %q, %v; printed %s", id[1], file, err, id[3])
+		}
+	}
+	if len(tokens) != 3 || tokens["admin"] != m[2] || tokens["admin"] == tokens["operator"] || tokens["operator"] == tokens["viewer"] {
+		t.Fatalf("identities %v, console token %s:\n%s", tokens, m[2], out)
+	}
+	cli := func(token string, args ...string) (string, string, int) {
+		if token != "" {
+			args = append(args, "--token", token)
+		}
+		return runCLI(append(args, "--hub", hubURL)...)
+	}
+	if _, errb, code := cli("", "status"); code != 1 || !strings.Contains(errb, "(unauthorized)") {
+		t.Fatalf("a read without a token: exit %d %s", code, errb)
+	}
+	if out, errb, code := cli(tokens["viewer"], "node", "labels", "get", "edge-01"); code != 0 || !hasRow(out, "region", "eu-west") {
+		t.Fatalf("the viewer reads labels: exit %d\n%s%s", code, out, errb)
+	}
+	if _, errb, code := cli(tokens["viewer"], "node", "undrain", "edge-01"); code != 1 || !strings.Contains(errb, "(forbidden)") {
+		t.Fatalf("the viewer undrained: exit %d %s", code, errb)
+	}
+	if out, errb, code := cli(tokens["operator"], "node", "undrain", "edge-01"); code != 0 || out != "node edge-01 was not drained (no commit)\n" {
+		t.Fatalf("the operator undrains: exit %d\n%s%s", code, out, errb)
+	}
+	// deciding approvals is the admin's: the operator is refused, the
+	// admin gets as far as the request (there is none)
+	if _, errb, code := cli(tokens["operator"], "approval", "approve", "nope"); code != 1 || !strings.Contains(errb, "(forbidden)") {
+		t.Fatalf("the operator approved: exit %d %s", code, errb)
+	}
+	if _, errb, code := cli(tokens["admin"], "approval", "approve", "nope"); code != 1 || !strings.Contains(errb, "(not_found)") {
+		t.Fatalf("the admin approves an unknown request: exit %d %s", code, errb)
+	}
+}
+
+// TestDemoPortInUse: a taken port is named, with how to pick another,
+// before the demo does any work.
+func TestDemoPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	dir := filepath.Join(t.TempDir(), "demo")
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--listen", ln.Addr().String(), "--dir", dir}, &stdout, &stderr)
+	want := "fleetwave: port " + port + " is in use: make demo PORT=9090 (or fleetwave demo --listen 127.0.0.1:9090)\n"
+	if code != 1 || stdout.String() != "" || stderr.String() != want {
+		t.Fatalf("exit %d\nstdout %q\nstderr\n got %q\nwant %q", code, stdout.String(), stderr.String(), want)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the demo wrote %s before finding the port taken: %v", dir, err)
 	}
 }
 

@@ -82,7 +82,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		}
 		var w io.Writer = stderr
 		if console {
-			w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+			// colours only for a terminal: a file or a pipe gets plain text
+			w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}
 		}
 		return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 	}
@@ -92,6 +93,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		planCmd(stdout),
 		statusCmd(stdout),
 		rolloutCmd(stdout),
+		nodeCmd(stdout),
 		approvalCmd(stdout),
 		schemaCmd(stdout),
 		devCmd(stdout),
