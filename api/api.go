@@ -281,6 +281,7 @@ func New(h Hub, opts ...Option) http.Handler {
 	mux.HandleFunc("POST /api/v1/hooks/git", s.hookGit)
 	mux.HandleFunc("POST /api/v1/rollouts", s.user(RoleOperator, s.createRollout))
 	mux.HandleFunc("POST /api/v1/rollouts/{id}/{action}", s.user(RoleOperator, s.rolloutState))
+	mux.HandleFunc("GET /api/v1/whoami", s.user(RoleViewer, s.whoami))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/register", s.agent(s.register))
 	mux.HandleFunc("GET /api/v1/agent/nodes/{node}/attempts", s.agent(s.poll))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result", s.agent(s.result))

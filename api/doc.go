@@ -88,6 +88,7 @@
 // # Routes
 //
 //	GET  /                      the console (HTML; polls /api/v1/summary every second)
+//	                            pages #/, #/rollouts/{id}, #/nodes[/{id}], #/new, #/approvals
 //	GET  /healthz               200 "ok" while the process serves
 //	GET  /readyz                readiness (Hub.Readiness), see below
 //	GET  /metrics               Prometheus text format
@@ -105,6 +106,9 @@
 //	PUT  /api/v1/nodes/{id}/labels       operator or admin; LabelsBody (the whole set)
 //	POST /api/v1/nodes/{id}/{drain|undrain} operator or admin; optional ReasonBody
 //	                            -> 200 NodeWrite (commit "" when the file already said so)
+//	GET  /api/v1/whoami         {"name": "...", "role": "admin" | "operator" | "viewer"}: the
+//	                            caller's identity; 401 without a token that matches one (always
+//	                            on a hub without identities, as for writes)
 //	GET  /api/v1/config-approvals[/{id}] approval requests
 //	POST /api/v1/config-approvals        operator or admin; ApprovalSubmission -> 201
 //	POST /api/v1/config-approvals/{id}/{approve|reject} an admin other than the submitter
