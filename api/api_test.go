@@ -273,7 +273,9 @@ func (f *fakeHub) ListRollouts(ctx context.Context, flt api.RolloutFilter) ([]fl
 	}
 	var out []fleetwave.Rollout
 	for _, r := range s.Rollouts {
-		if (flt.State == "" || r.Status == flt.State) && (flt.BRC == "" || r.Source.Object == fleetwave.Key(fleetwave.KindTrigger, flt.BRC)) {
+		// the fake's lanes: a rollout's lane is its BRC's name
+		if (flt.State == "" || r.Status == flt.State) && (flt.BRC == "" || r.Source.Object == fleetwave.Key(fleetwave.KindTrigger, flt.BRC)) &&
+			(flt.Lane == "" || r.Source.Object.Name() == flt.Lane) {
 			out = append(out, r)
 		}
 	}

@@ -58,11 +58,13 @@ type RolloutPlanItem struct {
 	Message       string `json:"message,omitempty"`
 }
 
-// RolloutFilter selects rollouts (GET /api/v1/rollouts): by state, and by
-// BRC (see the package doc); an empty field selects all.
+// RolloutFilter selects rollouts (GET /api/v1/rollouts): by state, by BRC
+// and by lane (a rollout with at least one item in that lane, its
+// managed_by); an empty field selects all.
 type RolloutFilter struct {
 	State fleetwave.RolloutStatus
 	BRC   string
+	Lane  string
 }
 
 // RolloutsPage is the body of GET /api/v1/rollouts with a query.
@@ -93,12 +95,12 @@ func (s *server) listRollouts(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, perr)
 		return
 	}
-	if q.Has("lane") {
-		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query",
-			Message: "lane: filtering by lane is not available yet", Details: map[string]string{"field": "lane"}})
+	var f RolloutFilter
+	if f.Lane = q.Get("lane"); textProblem(f.Lane, MaxFieldLen, false) != "" {
+		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: "lane: not a lane name",
+			Details: map[string]string{"field": "lane"}})
 		return
 	}
-	var f RolloutFilter
 	if st := q.Get("state"); st != "" {
 		if !slices.Contains(rolloutStates, fleetwave.RolloutStatus(st)) {
 			writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query",

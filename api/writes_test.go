@@ -290,7 +290,11 @@ func TestRolloutListPages(t *testing.T) {
 		t.Fatalf("state=completed: %s", a.body)
 	}
 	a = do(t, srv, request{"GET", "/api/v1/rollouts?state=nope", "", ""})
-	for _, bad := range []string{"state=nope", "lane=web", "limit=-1", "cursor=%24%24", "cursor=" + "bm8tc3VjaA"} {
+	a = do(t, srv, request{"GET", "/api/v1/rollouts?lane=db", "", ""})
+	if a.status != 200 || !strings.Contains(a.body, `"db-g1"`) || strings.Contains(a.body, "web-g") {
+		t.Fatalf("lane=db: %d %s", a.status, a.body)
+	}
+	for _, bad := range []string{"state=nope", "lane=%00", "limit=-1", "cursor=%24%24", "cursor=" + "bm8tc3VjaA"} {
 		a = do(t, srv, request{"GET", "/api/v1/rollouts?" + bad, "", ""})
 		if a.status != 400 || errorCode(t, a) != "invalid_query" {
 			t.Fatalf("%s answered %d: %s", bad, a.status, a.body)

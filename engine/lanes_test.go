@@ -304,3 +304,20 @@ func TestSetRolloutState(t *testing.T) {
 		})
 	})
 }
+
+func TestRolloutLanes(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		two, _ := h.create(laneSpec("two", 1, "team-b", "team-a", "team-b"))
+		other := laneSpec("one", 1, "team-c")
+		other.Items[0].Block = "db" // another instance of n1
+		one, _ := h.create(other)
+		lanes, err := h.e.RolloutLanes(h.ctx, []string{two, one, "none"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(lanes); got != "map[one:[team-c] two:[team-a team-b]]" {
+			t.Fatalf("lanes %s", got)
+		}
+	})
+}

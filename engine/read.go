@@ -329,3 +329,24 @@ func decodeQueued(v string) (fleetwave.Attempt, error) {
 	}
 	return a, nil
 }
+
+// RolloutLanes returns the lanes (managed_by) of each rollout of ids that
+// has items, sorted, in one round trip.
+func (e *Engine) RolloutLanes(ctx context.Context, ids []string) (map[string][]string, error) {
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HKeys(ctx, e.key("r", id, "lanes"))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read rollout lanes: %w", err)
+	}
+	out := make(map[string][]string, len(ids))
+	for i, id := range ids {
+		if l := cmds[i].Val(); len(l) > 0 {
+			sort.Strings(l)
+			out[id] = l
+		}
+	}
+	return out, nil
+}

@@ -621,9 +621,22 @@ func (h *Hub) ListRollouts(ctx context.Context, f api.RolloutFilter) ([]fleetwav
 		}
 		return "", nil
 	}
+	var lanes map[string][]string
+	if f.Lane != "" {
+		ids := make([]string, len(rs))
+		for i, r := range rs {
+			ids[i] = r.ID
+		}
+		if lanes, err = h.eng.RolloutLanes(ctx, ids); err != nil {
+			return nil, h.apiError(ctx, err)
+		}
+	}
 	out := make([]fleetwave.Rollout, 0, len(rs))
 	for _, r := range rs {
 		if f.State != "" && r.Status != f.State {
+			continue
+		}
+		if f.Lane != "" && !slices.Contains(lanes[r.ID], f.Lane) {
 			continue
 		}
 		if f.BRC != "" {
