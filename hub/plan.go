@@ -112,6 +112,10 @@ type PlannedLane struct {
 	// the waves, with their reason (node_draining: they go on once the
 	// node is undrained).
 	Waiting []PlannedItem `json:"waiting,omitempty"`
+	// Apart are the lane's items created skipped or blocked (Skipped,
+	// Blocked say why): never dispatched, they take no place in a wave,
+	// as in the engine.
+	Apart []PlannedItem `json:"apart,omitempty"`
 }
 
 // PlannedItem is one block action on one node.
@@ -474,17 +478,23 @@ func plannedRollout(snap *fleetwave.Snapshot, spec fleetwave.RolloutSpec, items 
 					Reason: fleetwave.ReasonNodeDraining})
 				continue
 			}
+			if it.SkipReason != "" || it.BlockReason != "" {
+				pi := PlannedItem{Node: it.Node, Block: it.Block, Action: it.Action, TargetVersion: it.TargetVersion,
+					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality), Skipped: it.SkipReason}
+				if it.BlockReason != "" {
+					pi.Blocked = it.BlockReason + ": " + it.BlockMessage
+				}
+				pl.Apart = append(pl.Apart, pi)
+				continue
+			}
 			list = append(list, it)
 		}
 		for i := 0; i < len(list); i += pr.MaxConcurrent {
 			var wave []PlannedItem
 			for _, it := range list[i:min(i+pr.MaxConcurrent, len(list))] {
 				pi := PlannedItem{Node: it.Node, Block: it.Block, Action: it.Action, TargetVersion: it.TargetVersion,
-					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality), Skipped: it.SkipReason}
-				if it.BlockReason != "" {
-					pi.Blocked = it.BlockReason + ": " + it.BlockMessage
-				}
-				if it.SkipReason == "" && it.BlockReason == "" && isConfigChange(it) {
+					ConfigHash: shortHash(it.ConfigHash), Criticality: string(it.Criticality)}
+				if isConfigChange(it) {
 					pr.ConfigChange = true
 				}
 				if open, next, err := engine.WindowState(it, now); err == nil && !open {
@@ -604,7 +614,7 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 			for _, wv := range l.Waves {
 				n += len(wv)
 			}
-			n += len(l.Waiting)
+			n += len(l.Waiting) + len(l.Apart)
 		}
 		halts := ""
 		switch {
@@ -663,6 +673,18 @@ func (p *PlanReport) WriteText(w io.Writer, markdown bool) {
 					s += " -> " + it.TargetVersion
 				}
 				fmt.Fprintf(w, "%slane %s waits (%s): %s; goes on once the node is undrained\n", bullet, l.Lane, it.Reason, s)
+			}
+			for _, it := range l.Apart {
+				s := fmt.Sprintf("%s %s@%s", it.Action, it.Block, it.Node)
+				if it.TargetVersion != "" {
+					s += " -> " + it.TargetVersion
+				}
+				if it.Blocked != "" {
+					s += " BLOCKED " + it.Blocked
+				} else {
+					s += " skipped " + it.Skipped
+				}
+				fmt.Fprintf(w, "%slane %s never dispatched: %s\n", bullet, l.Lane, s)
 			}
 		}
 		fmt.Fprintln(w)
