@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,20 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	return c
 }
 
+// metricsHandler serves the gatherer's series. A collector that fails is
+// logged and left out: the other series are still served, so one broken
+// read never blanks a dashboard (the hub's fleetwave_engine_read_failed
+// says when its engine read failed).
 func (s *server) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      scrapeLog{s},
+	})
+}
+
+// scrapeLog logs the errors of a scrape.
+type scrapeLog struct{ s *server }
+
+func (l scrapeLog) Println(v ...any) {
+	l.s.log.Warn().Str("error", fmt.Sprint(v...)).Msg("metrics scrape")
 }

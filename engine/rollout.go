@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,7 +190,7 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 	for _, v := range rest[2:] {
 		items = append(items, asString(v))
 	}
-	log := e.log.With().Str("rollout", id).Int("items", len(items)).Int64("fence", fence).
+	log := e.log.With().Str("rollout", cmp.Or(id, spec.BaseID)).Int("items", len(items)).Int64("fence", fence).
 		Str("object", string(spec.Source.Object)).Int64("generation", spec.Source.Generation).Logger()
 	switch outcome {
 	case OutcomeCreated:
@@ -197,9 +198,9 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 	case OutcomeJoined:
 		log.Info().Msg("items joined their rollout")
 	case OutcomeStaleGeneration, OutcomeCancelled, OutcomeSuperseded:
-		log.Debug().Str("rollout", spec.BaseID).Str("outcome", string(outcome)).Msg("spec takes no effect")
+		log.Debug().Str("outcome", string(outcome)).Msg("spec takes no effect")
 	default:
-		log.Debug().Str("rollout", spec.BaseID).Msg("rollout has no new item")
+		log.Debug().Msg("rollout has no new item")
 	}
 	return id, items, outcome, nil
 }

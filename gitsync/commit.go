@@ -185,7 +185,7 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 			if !base.lease.IsZero() {
 				ev = ev.Str("parent", base.lease.String())
 			}
-			ev.Int("files", len(all)).Int("attempt", attempt).Msg("status pushed")
+			ev.Int("files", len(all)).Int("try", attempt).Msg("status pushed")
 			r.maybeCompact()
 			return StatusResult{Commit: h.String(), Attempts: attempt, Overwritten: overwritten}, nil
 		}
@@ -205,7 +205,7 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 			return StatusResult{}, fmt.Errorf("%w: %d attempts, last: %v", ErrPushRaces, attempt, err)
 		}
 		wait := min(pushBackoffBase<<(attempt-1), pushBackoffMax)
-		r.opts.log.Warn().Err(err).Int("attempt", attempt).Dur("backoff", wait).Msg("status push raced, rebuilding on the new tip")
+		r.opts.log.Warn().Err(err).Int("try", attempt).Int64("backoff_ms", wait.Milliseconds()).Msg("status push raced, rebuilding on the new tip")
 		select {
 		case <-ctx.Done():
 			return StatusResult{}, ctx.Err()

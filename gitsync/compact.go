@@ -129,7 +129,7 @@ func (r *Repo) maybeCompact() {
 	case err != nil:
 		r.opts.log.Warn().Err(err).Msg("mirror packs not compacted")
 	case n > 0:
-		r.opts.log.Info().Int("packs", n).Dur("took", time.Since(start)).Msg("mirror packs compacted")
+		r.opts.log.Info().Int("packs", n).Int64("took_ms", time.Since(start).Milliseconds()).Msg("mirror packs compacted")
 	}
 }
 

@@ -15,6 +15,9 @@ const (
 	TrailerFence    = "Fleetwave-Fence"     // the leader's fencing token
 	TrailerRollout  = "Fleetwave-Rollout"   // a rollout the commit reports on
 	TrailerSyncedAt = "Fleetwave-Synced-At" // the desired commit the status is about
+	// TrailerGeneration names the source object and generation of the
+	// rollout the commit reports on ("trigger/db@4").
+	TrailerGeneration = "Fleetwave-Generation"
 )
 
 // StatusMessage returns a commit message: subject, an optional body, and

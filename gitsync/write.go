@@ -267,7 +267,7 @@ func (r *Repo) CommitFiles(ctx context.Context, w Write) (WriteResult, error) {
 			return WriteResult{}, fmt.Errorf("%w: write of %d files, %d attempts, last: %v", ErrPushRaces, len(pw.paths), attempt, err)
 		}
 		wait := min(pushBackoffBase<<(attempt-1), pushBackoffMax)
-		r.opts.log.Warn().Err(err).Int("attempt", attempt).Dur("backoff", wait).Str("actor", pw.actor).Msg("write raced, rebuilding on the new tip")
+		r.opts.log.Warn().Err(err).Int("try", attempt).Int64("backoff_ms", wait.Milliseconds()).Str("actor", pw.actor).Msg("write raced, rebuilding on the new tip")
 		select {
 		case <-ctx.Done():
 			return WriteResult{}, ctx.Err()
@@ -523,7 +523,7 @@ func (r *Repo) pushWrite(ctx context.Context, pw *preparedWrite, b *writeBuild, 
 		return h, false, fmt.Errorf("update tracking ref: %w", err)
 	}
 	r.opts.log.Info().Str("branch", branch.Short()).Str("commit", h.String()).Str("parent", b.tip.String()).
-		Str("actor", pw.actor).Int("files", len(pw.paths)).Int("attempt", attempt).Msg("files pushed")
+		Str("actor", pw.actor).Int("files", len(pw.paths)).Int("try", attempt).Msg("files pushed")
 	r.maybeCompact()
 	return h, false, nil
 }

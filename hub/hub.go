@@ -154,7 +154,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 		o(h)
 	}
 	h.clock = clock.Or(h.clock)
-	h.log = h.log.With().Str("component", "hub").Str("hub", cfg.HubID).Logger()
+	base := h.log.With().Str("hub", cfg.HubID).Logger() // the hub id on every line; "component" on the leaf loggers only
+	h.log = base.With().Str("component", "hub").Logger()
 	h.owner = engine.NewOwner(cfg.HubID)
 	for node, hash := range cfg.Agents.Tokens {
 		h.tokens[hash] = node
@@ -188,16 +189,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.sealer, err = openSealer(cfg); err != nil {
 		return nil, err
 	}
-	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, h.log); err != nil {
+	if h.redis, err = openRedis(ctx, cfg.Redis, cfg.DataDir, base); err != nil {
 		return nil, err
 	}
 	h.writeFiles = h.commitFiles
-	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(h.log), engine.WithFenceFloor(h.fenceFloor))
+	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(base), engine.WithFenceFloor(h.fenceFloor))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
 	}
 	h.repo, err = gitsync.Open(ctx, gitsync.Source{URL: cfg.Repo.URL, Branch: cfg.Repo.Branch, Dir: filepath.Join(cfg.DataDir, "mirror")},
-		gitsync.WithLogger(h.log), gitsync.WithClock(h.clock), gitsync.WithNormalizer(normalizer{}),
+		gitsync.WithLogger(base), gitsync.WithClock(h.clock), gitsync.WithNormalizer(normalizer{}),
 		gitsync.WithAuthor("fleetwave hub", "hub@fleetwave.invalid"), gitsync.WithStatusBranch(cfg.Repo.StatusBranch))
 	if err != nil {
 		return nil, fmt.Errorf("open repository: %w", err)
@@ -210,7 +211,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h.metrics = newMetrics(h)
 	h.server = &http.Server{
-		Handler:           api.New(h, api.WithLogger(h.log), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
+		Handler:           api.New(h, api.WithLogger(base.With().Str("component", "api").Logger()), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
 		ReadHeaderTimeout: 10 * time.Second,
 		// A backstop for headers plus body: the API sets each request's
 		// body deadline (api.DefaultBodyTimeout) and write deadline itself;
@@ -287,7 +288,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		// as the safety net (and is all there is for remote URLs).
 		err := h.repo.Watch(ctx, func() { h.kick(h.syncNow) })
 		if err != nil && ctx.Err() == nil {
-			h.log.Info().Err(err).Dur("poll_interval", h.cfg.Repo.PollInterval.D()).Msg("repository not watched; polling")
+			h.log.Info().Err(err).Int64("poll_interval_ms", h.cfg.Repo.PollInterval.D().Milliseconds()).Msg("repository not watched; polling")
 		}
 	})
 	wg.Go(func() { h.loop(ctx, h.cfg.Repo.PollInterval.D(), h.syncNow, h.syncStep) })
@@ -357,13 +358,12 @@ func (h *Hub) setFence(f int64) {
 	h.mu.Unlock()
 	if old != f {
 		if f > 0 {
-			h.metrics.leader.Set(1)
+			h.metrics.leaseHeld(f)
 			h.log.Info().Int64("fence", f).Msg("leader lease acquired")
 			h.kick(h.syncNow)
 			h.kick(h.reconcileNow)
 		} else {
-			h.metrics.leader.Set(0)
-			h.metrics.leaseLost.Inc()
+			h.metrics.leaseGone()
 			h.log.Warn().Int64("fence", old).Msg("leader lease lost")
 		}
 	}
@@ -475,7 +475,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
 	})
 	h.metrics.syncSeconds.Observe(time.Since(start).Seconds())
-	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Dur("took", time.Since(start)).Msg("snapshot applied")
+	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("snapshot applied")
 	h.kick(h.reconcileNow)
 }
 
@@ -495,6 +495,7 @@ func (h *Hub) engineStep(ctx context.Context) {
 	if fence == 0 {
 		return
 	}
+	defer h.metrics.dispatchTimer()()
 	res, err := h.eng.Step(ctx, fence)
 	if err != nil {
 		if errors.Is(err, engine.ErrStaleFence) || errors.Is(err, engine.ErrNotLeader) {

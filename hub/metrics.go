@@ -2,14 +2,25 @@ package hub
 
 import (
 	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 )
 
 // metrics are the hub's Prometheus series, served at /metrics beside the
-// API's request metrics.
+// API's request metrics. docs/metrics.md lists every series. Labels are
+// bounded: statuses, reasons and result classes are engine codes, lanes and
+// BRCs come from the repository; node, rollout and attempt ids never are
+// labels.
 type metrics struct {
 	reg             *prometheus.Registry
 	syncSeconds     prometheus.Histogram
@@ -22,6 +33,14 @@ type metrics struct {
 	// statusRolloutReads counts rollouts whose items a status write read
 	// (finished rollouts are cached).
 	statusRolloutReads prometheus.Counter
+
+	leaseAcquired   prometheus.Counter
+	fence           prometheus.Gauge
+	statusSeconds   prometheus.Histogram
+	dispatchSeconds prometheus.Histogram
+	results         *prometheus.CounterVec
+	retries         *prometheus.CounterVec
+	refused         *prometheus.CounterVec
 }
 
 func newMetrics(h *Hub) *metrics {
@@ -39,11 +58,104 @@ func newMetrics(h *Hub) *metrics {
 		itemsCreated:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_items_created_total", Help: "Items handed to the engine."}),
 		statusRolloutReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_status_rollout_reads_total",
 			Help: "Rollouts whose items a status write read (finished rollouts are cached until the outbox names them)."}),
+		leaseAcquired: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_lease_acquired_total", Help: "Leader leases acquired by this hub."}),
+		fence:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetwave_lease_fence", Help: "Fencing token of the lease this hub holds (0 when it does not lead)."}),
+		statusSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_status_commit_seconds",
+			Help: "Time to build and push a status commit that landed.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		dispatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_dispatch_seconds",
+			Help: "Time of one engine step: expire deadlines, start due retries and waves (dispatch).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetwave_attempt_results_total",
+			Help: "Attempt results accepted, by result class (success, transient, permanent, lost)."}, []string{"class"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetwave_retry_results_total",
+			Help: "Results of retries (an item's second or later attempt) accepted, by result class."}, []string{"class"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetwave_attempt_results_refused_total",
+			Help: "Attempt results refused, by cause (stale_attempt, unknown_attempt, wrong_node, invalid_result, error)."}, []string{"cause"}),
+	}
+	for _, c := range []fleetwave.ResultClass{fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent, fleetwave.ResultLost} {
+		m.results.WithLabelValues(string(c))
+		m.retries.WithLabelValues(string(c))
+	}
+	for _, c := range []string{"stale_attempt", "unknown_attempt", "wrong_node", "invalid_result", "error"} {
+		m.refused.WithLabelValues(c)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncSeconds, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
-		m.statusRolloutReads, &itemsCollector{h: h})
+		m.statusRolloutReads, &itemsCollector{h: h},
+		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused,
+		&fleetCollector{h: h})
 	return m
+}
+
+// leaseHeld records that this hub acquired the lease at fence.
+func (m *metrics) leaseHeld(fence int64) {
+	if m == nil {
+		return
+	}
+	m.leader.Set(1)
+	m.leaseAcquired.Inc()
+	m.fence.Set(float64(fence))
+}
+
+// leaseGone records that this hub lost or gave up its lease.
+func (m *metrics) leaseGone() {
+	if m == nil {
+		return
+	}
+	m.leader.Set(0)
+	m.leaseLost.Inc()
+	m.fence.Set(0)
+}
+
+// statusCommitted records a status commit that landed, started at start.
+func (m *metrics) statusCommitted(start time.Time) {
+	if m == nil {
+		return
+	}
+	m.statusCommits.Inc()
+	m.statusSeconds.Observe(time.Since(start).Seconds())
+}
+
+// dispatchTimer starts timing one engine step; the returned func ends it
+// (engineStep defers it).
+func (m *metrics) dispatchTimer() func() {
+	start := time.Now()
+	return func() {
+		if m != nil {
+			m.dispatchSeconds.Observe(time.Since(start).Seconds())
+		}
+	}
+}
+
+// countResult counts an attempt result by class as the engine answered it
+// (err), and returns err: CompleteAttempt wraps its engine call in it.
+func (m *metrics) countResult(res fleetwave.AttemptResult, err error) error {
+	if m == nil {
+		return err
+	}
+	if err != nil {
+		cause := "error"
+		switch {
+		case errors.Is(err, engine.ErrStaleAttempt):
+			cause = "stale_attempt"
+		case errors.Is(err, engine.ErrUnknownAttempt):
+			cause = "unknown_attempt"
+		case errors.Is(err, engine.ErrWrongNode):
+			cause = "wrong_node"
+		case errors.Is(err, engine.ErrInvalidResult):
+			cause = "invalid_result"
+		}
+		m.refused.WithLabelValues(cause).Inc()
+		return err
+	}
+	class := string(res.Class)
+	m.results.WithLabelValues(class).Inc()
+	// an attempt id is "<item>.<n>": n > 1 is a retry
+	if i := strings.LastIndexByte(res.AttemptID, '.'); i >= 0 {
+		if n, perr := strconv.Atoi(res.AttemptID[i+1:]); perr == nil && n > 1 {
+			m.retries.WithLabelValues(class).Inc()
+		}
+	}
+	return nil
 }
 
 // itemsCollector reads the engine's O(1) counters at scrape time.
@@ -94,4 +206,191 @@ func (c *itemsCollector) Collect(ch chan<- prometheus.Metric) {
 	if n, err := c.h.eng.OutboxLen(ctx); err == nil {
 		ch <- prometheus.MustNewConstMetric(outboxLen, prometheus.GaugeValue, float64(n))
 	}
+}
+
+var (
+	openRolloutsDesc = prometheus.NewDesc("fleetwave_open_rollouts",
+		"Rollouts with work left (active, paused, blocked) by status and reason (none, failure_threshold, paused, claim, ...).", []string{"status", "reason"}, nil)
+	openItemsDesc = prometheus.NewDesc("fleetwave_open_items",
+		"Items of the open rollouts by status and reason (pending: wave_gate, lane_full, maintenance_window, node_draining, instance_busy; retrying: backoff; ambiguous: awaiting_report; blocked: why).",
+		[]string{"status", "reason"}, nil)
+	truncatedDesc = prometheus.NewDesc("fleetwave_open_items_truncated",
+		"1 when the open rollouts or their items exceeded the read's bound: fleetwave_open_items is partial.", nil, nil)
+	brcInFlightDesc = prometheus.NewDesc("fleetwave_brc_in_flight",
+		"Items in flight (in progress, retrying, ambiguous) per BRC and lane over all its rollouts.", []string{"brc", "lane"}, nil)
+	brcCapDesc = prometheus.NewDesc("fleetwave_brc_max_concurrent",
+		"The BRC's cap of items in flight per lane (its max_concurrent over all its rollouts).", []string{"brc"}, nil)
+	epochDesc = prometheus.NewDesc("fleetwave_lease_epoch",
+		"The fencing epoch in Redis: the newest fence handed out by any hub.", nil, nil)
+	leaseHeldDesc = prometheus.NewDesc("fleetwave_lease_held",
+		"1 while some hub holds an unexpired leader lease in Redis.", nil, nil)
+	agentsDesc = prometheus.NewDesc("fleetwave_agents",
+		"Nodes by agent state: connected (a full report within stale_after) or stale (older, or never reported).", []string{"state"}, nil)
+	approvalsDesc = prometheus.NewDesc("fleetwave_approvals",
+		"Approval requests by state (pending, approved, consumed, rejected, expired, stale, refused).", []string{"state"}, nil)
+	brcsWaitingDesc = prometheus.NewDesc("fleetwave_brcs_waiting",
+		"BRCs whose new generation waits outside the engine, by reason (approval_required, quiescence); the leader's view.", []string{"reason"}, nil)
+	syncDesc = prometheus.NewDesc("fleetwave_sync_result",
+		"1 for the result of the last sync (ok, rejected: the newest commit is invalid, error: fetch failed, none: not synced).", []string{"result"}, nil)
+	scrapeErrDesc = prometheus.NewDesc("fleetwave_engine_read_failed",
+		"1 when the engine read behind the fleet gauges failed at this scrape (the gauges it feeds are missing).", nil, nil)
+)
+
+// fleetCollector reads the engine's gauges (engine.Gauges: open rollouts
+// and their items, budgets, lease, reports) and the approvals at scrape
+// time, at most once per fleetCacheFor, and the leader's in-memory waits.
+type fleetCollector struct {
+	h *Hub
+
+	mu   sync.Mutex
+	at   time.Time
+	g    engine.Gauges
+	appr []fleetwave.Approval
+	err  error
+}
+
+// fleetCacheFor is how long one engine read serves scrapes: several
+// Prometheus servers scraping together cost one read.
+const fleetCacheFor = 2 * time.Second
+
+var approvalStates = []fleetwave.ApprovalState{fleetwave.ApprovalPending, fleetwave.ApprovalApproved, fleetwave.ApprovalConsumed,
+	fleetwave.ApprovalRejected, fleetwave.ApprovalExpired, fleetwave.ApprovalStale, fleetwave.ApprovalRefused}
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{openRolloutsDesc, openItemsDesc, truncatedDesc, brcInFlightDesc, brcCapDesc, epochDesc,
+		leaseHeldDesc, agentsDesc, approvalsDesc, brcsWaitingDesc, syncDesc, scrapeErrDesc} {
+		ch <- d
+	}
+}
+
+// read returns the cached engine read, renewed when older than fleetCacheFor.
+func (c *fleetCollector) read(snap *fleetwave.Snapshot) (engine.Gauges, []fleetwave.Approval, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < fleetCacheFor {
+		return c.g, c.appr, c.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var brcs []string
+	if snap != nil {
+		for name := range snap.Triggers {
+			brcs = append(brcs, name)
+		}
+	}
+	c.g, c.err = c.h.eng.Gauges(ctx, brcs...)
+	if c.err == nil {
+		c.appr, c.err = c.h.eng.Approvals(ctx)
+	}
+	c.at = time.Now()
+	return c.g, c.appr, c.err
+}
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	h := c.h
+	st := h.SyncState()
+	result := st.Result
+	if result == "" {
+		result = "none"
+	}
+	for _, r := range []string{"ok", "rejected", "error", "none"} {
+		gauge(syncDesc, b2f(r == result), r)
+	}
+	h.mu.Lock()
+	waits := map[string]int{fleetwave.ReasonApprovalRequired: 0, fleetwave.ReasonQuiescence: 0}
+	for _, w := range mergeWaits(h.quiet, h.gated) {
+		waits[reasonLabel(w.Reason)]++
+	}
+	h.mu.Unlock()
+	for r, n := range waits {
+		gauge(brcsWaitingDesc, float64(n), r)
+	}
+
+	snap := h.Snapshot()
+	g, appr, err := c.read(snap)
+	gauge(scrapeErrDesc, b2f(err != nil))
+	if err != nil {
+		return
+	}
+	for k, n := range merged(g.Rollouts) {
+		gauge(openRolloutsDesc, float64(n), k.Status, k.Reason)
+	}
+	for k, n := range merged(g.Items) {
+		gauge(openItemsDesc, float64(n), k.Status, k.Reason)
+	}
+	gauge(truncatedDesc, b2f(g.Truncated))
+	for brc, b := range g.Budgets {
+		for lane, n := range b.InFlight {
+			gauge(brcInFlightDesc, float64(n), brc, lane)
+		}
+		if b.Cap > 0 {
+			gauge(brcCapDesc, float64(b.Cap), brc)
+		}
+	}
+	gauge(epochDesc, float64(g.Epoch))
+	gauge(leaseHeldDesc, b2f(g.LeaseFence > 0))
+
+	now, staleAfter := h.clock.Now(), h.cfg.StaleAfter.D()
+	agents := map[string]int{"connected": 0, "stale": 0}
+	nodes := map[string]bool{}
+	if snap != nil {
+		for n := range snap.Nodes {
+			nodes[n] = true
+		}
+	}
+	for n := range g.Reports {
+		nodes[n] = true
+	}
+	for n := range nodes {
+		if at, ok := g.Reports[n]; ok && now.Sub(at) <= staleAfter {
+			agents["connected"]++
+		} else {
+			agents["stale"]++
+		}
+	}
+	for s, n := range agents {
+		gauge(agentsDesc, float64(n), s)
+	}
+	counts := map[fleetwave.ApprovalState]int{}
+	for _, a := range appr {
+		counts[a.State]++
+	}
+	for _, s := range approvalStates {
+		gauge(approvalsDesc, float64(counts[s]), string(s))
+	}
+}
+
+// merged sanitizes the labels of status/reason counts, merging what
+// becomes the same label pair.
+func merged(in map[engine.StatusReason]int) map[engine.StatusReason]int {
+	out := make(map[engine.StatusReason]int, len(in))
+	for k, n := range in {
+		out[engine.StatusReason{Status: reasonLabel(k.Status), Reason: reasonLabel(k.Reason)}] += n
+	}
+	return out
+}
+
+// labelCode is what a status or reason label may hold: an engine code.
+var labelCode = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
+
+// reasonLabel bounds a status or reason label: an engine code as is, ""
+// as "none", anything else (free text) as "other".
+func reasonLabel(s string) string {
+	switch {
+	case s == "":
+		return "none"
+	case labelCode.MatchString(s):
+		return s
+	}
+	return "other"
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

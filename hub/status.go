@@ -67,8 +67,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerRollout, Value: b.rollout})
 	}
 	if b.generation != "" {
-		trailers = append(trailers, gitsync.Trailer{Key: "Fleetwave-Generation", Value: b.generation})
+		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerGeneration, Value: b.generation})
 	}
+	commitStart := time.Now()
 	res, err := h.repo.WriteStatus(ctx, b.files, gitsync.StatusMessage(b.subject, "", trailers...))
 	if errors.Is(err, gitsync.ErrStaleFence) {
 		// a newer leader wrote status: this hub must not write over it.
@@ -89,7 +90,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	commit := res.Commit
 	if commit != "" {
-		h.metrics.statusCommits.Inc()
+		h.metrics.statusCommitted(commitStart)
 	}
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
