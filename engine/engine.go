@@ -39,6 +39,9 @@ var (
 	// ErrInvalidState: the rollout cannot take that action in its state
 	// (e.g. resume a completed rollout), or the action is unknown.
 	ErrInvalidState = errors.New("invalid rollout state change")
+	// ErrNotReplicated: Campaign's write was not acknowledged by any of
+	// the primary's connected replicas in time; the fence is not used.
+	ErrNotReplicated = errors.New("not acknowledged by a replica")
 )
 
 // Defaults of the options.
@@ -253,8 +256,14 @@ func (e *Engine) jitter() float64 {
 // run evaluates script name with the common ARGV head (prefix, fence, now)
 // and returns its reply: a list whose first element is a status word.
 func (e *Engine) run(ctx context.Context, name string, fence string, now int64, args ...any) (string, []any, error) {
+	return e.runOn(ctx, e.rdb, name, fence, now, args...)
+}
+
+// runOn is run on c: the engine's client, or one connection of it (see
+// Campaign).
+func (e *Engine) runOn(ctx context.Context, c redis.Scripter, name string, fence string, now int64, args ...any) (string, []any, error) {
 	argv := append([]any{e.keyBase, fence, now}, args...)
-	v, err := e.scripts[name].Run(ctx, e.rdb, e.keys, argv...).Result()
+	v, err := e.scripts[name].Run(ctx, c, e.keys, argv...).Result()
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", nil, ctx.Err()

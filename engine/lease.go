@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,7 +62,25 @@ func splitOwner(owner string) (hub, instance string) {
 //     (or failed over) and owner's lease, even still held, is replaced by a
 //     new one with a higher fence, so attempts dispatched before carry an
 //     older fence. A server that does not answer INFO server (miniredis)
-//     skips this check.
+//     skips this check;
+//   - after a failover (Sentinel or Cluster promoting a replica), the
+//     writes the replica had not received are lost: replication is
+//     asynchronous. So when the server holding the keys has replicas, the
+//     campaign's write waits for one of them (WAIT 1, on the connection
+//     that ran the campaign) before the fence is used: a new epoch a
+//     promoted replica never saw could be handed out again. The replicas
+//     are counted from INFO replication (connected_slaves) just before: a
+//     server without any connected (a lone server, or a primary whose
+//     replica is gone) skips the wait, or no hub could lead until the
+//     replica is back; WAIT answering 0 cannot tell "no replica" from "a
+//     replica too slow", hence the count. A WAIT no replica acknowledged
+//     within min(ttl/3, 2s) fails the campaign with ErrNotReplicated; the
+//     fence still counts as held, so no later Campaign goes below it, and
+//     the next one extends the same lease and waits again. What the
+//     leader writes under its fence later is not waited for: a lost
+//     dispatch is dispatched again under the same attempt id (an item's
+//     n-th attempt is "<item>.<n>"), which an agent that already ran it
+//     finds in its journal and does not run again.
 func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) (int64, error) {
 	floor := int64(0)
 	if e.floor != nil {
@@ -78,8 +97,26 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 	floor = max(floor, e.maxFence)
 	e.lmu.Unlock()
 	hub, instance := splitOwner(owner)
-	status, rest, err := e.run(ctx, "campaign", "", e.nowMS(), hub, instance, ttl.Milliseconds(), floor, flag(restart), flag(fresh))
+	// one connection to the server holding the keys: WAIT waits for the
+	// writes of its own connection
+	node, err := e.nodeClient(ctx)
 	if err != nil {
+		return 0, err
+	}
+	var on redis.Scripter = e.rdb
+	var conn *redis.Conn
+	replicas := 0
+	if node != nil {
+		conn = node.Conn()
+		defer conn.Close()
+		on = conn
+		replicas = connectedReplicas(ctx, conn)
+	}
+	status, rest, err := e.runOn(ctx, on, "campaign", "", e.nowMS(), hub, instance, ttl.Milliseconds(), floor, flag(restart), flag(fresh))
+	if err != nil {
+		if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx) // the slot may have moved (a failover): ask again next time
+		}
 		return 0, err
 	}
 	e.lmu.Lock()
@@ -99,6 +136,18 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 	}
 	fence := asInt(rest[0])
 	e.held(fence)
+	if replicas > 0 {
+		wait := max(min(ttl/3, maxReplicaWait), 10*time.Millisecond)
+		n, err := conn.Wait(ctx, 1, wait).Result()
+		if err != nil {
+			return 0, fmt.Errorf("wait for a replica: %w", err)
+		}
+		if n < 1 {
+			e.log.Warn().Str("owner", owner).Int64("fence", fence).Int("replicas", replicas).Dur("waited", wait).Msg("no replica acknowledged the lease: not used")
+			return 0, fmt.Errorf("fence %d: none of %d replicas within %v: %w", fence, replicas, wait, ErrNotReplicated)
+		}
+		e.log.Debug().Str("owner", owner).Int64("fence", fence).Int64("acknowledged", n).Msg("lease replicated")
+	}
 	if len(rest) > 1 {
 		if prev := asString(rest[1]); prev != "" {
 			e.log.Info().Str("owner", owner).Str("previous", prev).Int64("fence", fence).Msg("live lease taken over")
@@ -164,30 +213,67 @@ func (e *Engine) held(fence int64) {
 	e.lmu.Unlock()
 }
 
+// maxReplicaWait bounds Campaign's wait for a replica.
+const maxReplicaWait = 2 * time.Second
+
+// nodeClient returns a client of the one server holding the engine's keys:
+// the engine's client itself (one server, or the primary a Sentinel names),
+// the primary of their hash slot on a Cluster, nil for another client.
+func (e *Engine) nodeClient(ctx context.Context) (*redis.Client, error) {
+	switch c := e.rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		m, err := c.MasterForKey(ctx, e.keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("cluster primary of %s: %w", e.keys[0], err)
+		}
+		return m, nil
+	}
+	return nil, nil
+}
+
+// connectedReplicas returns the connected_slaves of INFO replication, 0
+// when the server does not say (miniredis).
+func connectedReplicas(ctx context.Context, c *redis.Conn) int {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(infoField(info, "connected_slaves"))
+	return n
+}
+
+// infoField returns a field of an INFO reply, "" when absent.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // serverRunID returns the run_id of the Redis server holding the engine's
-// keys, "" when it cannot be known (no INFO server, e.g. miniredis).
+// keys, "" when it cannot be known (no INFO server, e.g. miniredis). A
+// Sentinel or Cluster failover changes it: the promoted replica is another
+// server.
 func (e *Engine) serverRunID(ctx context.Context) string {
 	var c interface {
 		Info(ctx context.Context, section ...string) *redis.StringCmd
 	} = e.rdb
-	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		// a cluster answers INFO from any node: ask the master of our slot
-		m, err := cc.MasterForKey(ctx, e.keys[0])
-		if err != nil {
-			return ""
-		}
-		c = m
+	node, err := e.nodeClient(ctx)
+	if err != nil {
+		return ""
+	}
+	if node != nil {
+		c = node
 	}
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return v
-		}
-	}
-	return ""
+	return infoField(info, "run_id")
 }
 
 func flag(b bool) string {

@@ -6,9 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -70,7 +76,16 @@ type Config struct {
 	Repo RepoConfig `yaml:"repo"`
 	// Redis is "managed" (default: a supervised redis-server child with AOF
 	// in DataDir), "embedded" (in-process, not durable: demos and first
-	// tries) or a URL (redis://host:port/db, rediss://..., unix:///path).
+	// tries), a URL (redis://host:port/db, rediss://..., unix:///path), or
+	// a Sentinel or Cluster deployment in its URL form
+	// (RedisSentinel.URL, RedisCluster.URL). In hub.yaml a deployment is
+	// written as a mapping, which LoadConfig turns into that URL form:
+	//
+	//	redis:
+	//	  sentinel: {master: mymaster, addrs: [h1:26379, h2:26379, h3:26379], password_file: /etc/fleetwave/redis.pass}
+	//
+	//	redis:
+	//	  cluster: {addrs: [h1:6379, h2:6379, h3:6379], password_file: /etc/fleetwave/redis.pass}
 	Redis  string `yaml:"redis"`
 	Listen string `yaml:"listen"`
 	// DataDir holds the git mirror and, in managed mode, Redis's files.
@@ -205,10 +220,8 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	c, err := decodeConfig(data)
+	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	c.SetDefaults()
@@ -307,7 +320,341 @@ func (c *Config) Validate() error {
 	if c.LeaseTTL.D() < time.Second {
 		errs = append(errs, errors.New("lease_ttl must be at least 1s"))
 	}
+	errs = append(errs, checkRedis(c.Redis)...)
 	return errors.Join(errs...)
+}
+
+// checkRedis checks the redis setting: a known mode, a URL, or a Sentinel
+// or Cluster URL form whose fields are complete and whose password files
+// are readable. Messages never hold a password.
+func checkRedis(mode string) []error {
+	switch {
+	case mode == "managed" || mode == "embedded":
+		return nil
+	case strings.HasPrefix(mode, sentinelScheme):
+		s, err := ParseRedisSentinel(mode)
+		if err != nil {
+			return []error{err}
+		}
+		return s.check()
+	case strings.HasPrefix(mode, clusterScheme):
+		c, err := ParseRedisCluster(mode)
+		if err != nil {
+			return []error{err}
+		}
+		return c.check()
+	case strings.Contains(mode, "://"):
+		return nil // opened by redis.ParseURL, whose errors name no password
+	}
+	return []error{fmt.Errorf("redis %q: want managed, embedded, a redis:// URL, or a mapping with sentinel or cluster", mode)}
+}
+
+// The URL forms of Sentinel and Cluster deployments.
+const (
+	sentinelScheme = "redis-sentinel://"
+	clusterScheme  = "redis-cluster://"
+)
+
+// RedisSentinel is a Redis primary found through Sentinel: hub.yaml's
+// "redis: {sentinel: {...}}". The hub asks the Sentinels for the primary
+// of Master and follows it when they fail over.
+type RedisSentinel struct {
+	// Master is the name the Sentinels monitor the primary under.
+	Master string `yaml:"master"`
+	// Addrs are the Sentinels' host:port addresses (26379 by convention).
+	Addrs []string `yaml:"addrs"`
+	// PasswordFile holds the password of the Redis servers (requirepass);
+	// unset = none.
+	PasswordFile string `yaml:"password_file"`
+	// SentinelPasswordFile holds the Sentinels' own password (their
+	// requirepass); unset = none.
+	SentinelPasswordFile string `yaml:"sentinel_password_file"`
+	// DB is the database number (default 0).
+	DB int `yaml:"db"`
+}
+
+// RedisCluster is a Redis Cluster: hub.yaml's "redis: {cluster: {...}}".
+// Every key of the engine shares one hash slot, so the hub's state lives
+// on one primary (and its replicas) of the cluster.
+type RedisCluster struct {
+	// Addrs are some of the cluster's nodes (host:port): the client learns
+	// the others from them.
+	Addrs []string `yaml:"addrs"`
+	// PasswordFile holds the nodes' password (requirepass); unset = none.
+	PasswordFile string `yaml:"password_file"`
+}
+
+// URL is the Config.Redis form of s:
+// redis-sentinel://HOST:PORT,HOST:PORT/MASTER?db=N&password_file=PATH&sentinel_password_file=PATH
+// (the query parameters only when set). It names password files, never a
+// password.
+func (s RedisSentinel) URL() string {
+	q := url.Values{}
+	if s.DB != 0 {
+		q.Set("db", strconv.Itoa(s.DB))
+	}
+	if s.PasswordFile != "" {
+		q.Set("password_file", s.PasswordFile)
+	}
+	if s.SentinelPasswordFile != "" {
+		q.Set("sentinel_password_file", s.SentinelPasswordFile)
+	}
+	return topologyURL(sentinelScheme, s.Addrs, "/"+url.PathEscape(s.Master), q)
+}
+
+// URL is the Config.Redis form of c:
+// redis-cluster://HOST:PORT,HOST:PORT?password_file=PATH (the query only
+// when set).
+func (c RedisCluster) URL() string {
+	q := url.Values{}
+	if c.PasswordFile != "" {
+		q.Set("password_file", c.PasswordFile)
+	}
+	return topologyURL(clusterScheme, c.Addrs, "", q)
+}
+
+func topologyURL(scheme string, addrs []string, path string, q url.Values) string {
+	u := scheme + strings.Join(addrs, ",") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+// splitTopologyURL splits a Sentinel or Cluster URL form into its
+// addresses, its path (without the leading slash, unescaped) and its query,
+// refusing query parameters other than allowed and credentials in the URL.
+func splitTopologyURL(field, scheme, s string, allowed ...string) ([]string, string, url.Values, error) {
+	rest := strings.TrimPrefix(s, scheme)
+	rest, rawQuery, _ := strings.Cut(rest, "?")
+	hosts, path, _ := strings.Cut(rest, "/")
+	if strings.Contains(hosts, "@") {
+		return nil, "", nil, fmt.Errorf("%s: no credentials in the URL; give password_file", field)
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("%s: query: %w", field, err)
+	}
+	for k := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, "", nil, fmt.Errorf("%s: unknown parameter %q; want %s", field, k, strings.Join(allowed, ", "))
+		}
+	}
+	if path, err = url.PathUnescape(path); err != nil {
+		return nil, "", nil, fmt.Errorf("%s: %w", field, err)
+	}
+	var addrs []string
+	if hosts != "" {
+		addrs = strings.Split(hosts, ",")
+	}
+	return addrs, path, q, nil
+}
+
+// ParseRedisSentinel reads the URL form of a Sentinel deployment (see
+// RedisSentinel.URL); Validate checks the fields.
+func ParseRedisSentinel(s string) (RedisSentinel, error) {
+	addrs, master, q, err := splitTopologyURL("redis.sentinel", sentinelScheme, s, "db", "password_file", "sentinel_password_file")
+	if err != nil {
+		return RedisSentinel{}, err
+	}
+	out := RedisSentinel{Master: master, Addrs: addrs, PasswordFile: q.Get("password_file"), SentinelPasswordFile: q.Get("sentinel_password_file")}
+	if v := q.Get("db"); v != "" {
+		if out.DB, err = strconv.Atoi(v); err != nil {
+			return RedisSentinel{}, fmt.Errorf("redis.sentinel.db %q: want a database number", v)
+		}
+	}
+	return out, nil
+}
+
+// ParseRedisCluster reads the URL form of a Cluster deployment (see
+// RedisCluster.URL); Validate checks the fields.
+func ParseRedisCluster(s string) (RedisCluster, error) {
+	addrs, path, q, err := splitTopologyURL("redis.cluster", clusterScheme, s, "password_file")
+	if err != nil {
+		return RedisCluster{}, err
+	}
+	if path != "" {
+		return RedisCluster{}, fmt.Errorf("redis.cluster: unexpected path %q: a cluster has no master name nor database number", path)
+	}
+	return RedisCluster{Addrs: addrs, PasswordFile: q.Get("password_file")}, nil
+}
+
+func (s RedisSentinel) check() []error {
+	var errs []error
+	if s.Master == "" || strings.ContainsFunc(s.Master, unicode.IsSpace) {
+		errs = append(errs, fmt.Errorf("redis.sentinel.master %q: the name the Sentinels monitor the primary under is required (no spaces)", s.Master))
+	}
+	errs = append(errs, checkAddrs("redis.sentinel.addrs", s.Addrs)...)
+	if s.DB < 0 {
+		errs = append(errs, fmt.Errorf("redis.sentinel.db %d: want 0 or more", s.DB))
+	}
+	if _, err := readPasswordFile("redis.sentinel.password_file", s.PasswordFile); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := readPasswordFile("redis.sentinel.sentinel_password_file", s.SentinelPasswordFile); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+func (c RedisCluster) check() []error {
+	errs := checkAddrs("redis.cluster.addrs", c.Addrs)
+	if _, err := readPasswordFile("redis.cluster.password_file", c.PasswordFile); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// checkAddrs wants at least one address, each host:port.
+func checkAddrs(field string, addrs []string) []error {
+	if len(addrs) == 0 {
+		return []error{fmt.Errorf("%s: at least one host:port is required", field)}
+	}
+	var errs []error
+	for i, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || host == "" || n < 1 || n > 65535 {
+			errs = append(errs, fmt.Errorf("%s[%d] %q: want host:port", field, i, a))
+		}
+	}
+	return errs
+}
+
+// readPasswordFile reads a password file: its content without the final
+// line break. "" (no file) is no password. An unreadable or empty file is
+// an error naming field and path, never the content.
+func readPasswordFile(field, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", field, err)
+	}
+	pw := strings.TrimRight(string(data), "\r\n")
+	if pw == "" {
+		return "", fmt.Errorf("%s: %s is empty", field, path)
+	}
+	return pw, nil
+}
+
+// redisField is what hub.yaml's redis: holds: a string (a mode or a URL)
+// or a mapping with sentinel or cluster, kept as its URL form.
+type redisField struct{ value string }
+
+// UnmarshalYAML reads the string form, or a Sentinel or Cluster mapping
+// (strictly: unknown fields are errors, as in the rest of hub.yaml).
+func (r *redisField) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Decode(&r.value)
+	case yaml.MappingNode:
+	default:
+		return fmt.Errorf("line %d: redis: want managed, embedded, a URL, or a mapping with sentinel or cluster", n.Line)
+	}
+	if err := knownKeys(n, "redis", "sentinel", "cluster"); err != nil {
+		return err
+	}
+	var sentinel, cluster *yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch n.Content[i].Value {
+		case "sentinel":
+			sentinel = n.Content[i+1]
+		case "cluster":
+			cluster = n.Content[i+1]
+		}
+	}
+	switch {
+	case sentinel != nil && cluster != nil:
+		return fmt.Errorf("line %d: redis: sentinel and cluster both given; give one", n.Line)
+	case sentinel != nil:
+		if sentinel.Kind != yaml.MappingNode {
+			return fmt.Errorf("line %d: redis.sentinel: want a mapping (master, addrs, password_file, sentinel_password_file, db)", sentinel.Line)
+		}
+		if err := knownKeys(sentinel, "redis.sentinel", "master", "addrs", "password_file", "sentinel_password_file", "db"); err != nil {
+			return err
+		}
+		var s RedisSentinel
+		if err := sentinel.Decode(&s); err != nil {
+			return fmt.Errorf("redis.sentinel: %w", err)
+		}
+		r.value = s.URL()
+	case cluster != nil:
+		if cluster.Kind != yaml.MappingNode {
+			return fmt.Errorf("line %d: redis.cluster: want a mapping (addrs, password_file)", cluster.Line)
+		}
+		if err := knownKeys(cluster, "redis.cluster", "addrs", "password_file"); err != nil {
+			return err
+		}
+		var c RedisCluster
+		if err := cluster.Decode(&c); err != nil {
+			return fmt.Errorf("redis.cluster: %w", err)
+		}
+		r.value = c.URL()
+	default:
+		return fmt.Errorf("line %d: redis: a mapping needs sentinel or cluster", n.Line)
+	}
+	return nil
+}
+
+// knownKeys refuses the keys of mapping n not in keys (and repeated ones),
+// naming field.
+func knownKeys(n *yaml.Node, field string, keys ...string) error {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !slices.Contains(keys, k.Value) {
+			return fmt.Errorf("line %d: %s: unknown field %q; want %s", k.Line, field, k.Value, strings.Join(keys, ", "))
+		}
+		if seen[k.Value] {
+			return fmt.Errorf("line %d: %s: field %q given twice", k.Line, field, k.Value)
+		}
+		seen[k.Value] = true
+	}
+	return nil
+}
+
+// fileConfig is the type hub.yaml is decoded into: Config's fields, the
+// same names and tags, except that redis is a redisField (a string or a
+// mapping). Config keeps Redis a plain string, which the rest of the code
+// and its callers set; decoding into this mirror keeps the decoder's
+// strictness (unknown fields are errors) for every field, which a
+// hand-written UnmarshalYAML of Config would lose.
+var fileConfig = func() reflect.Type {
+	t := reflect.TypeFor[Config]()
+	var fields []reflect.StructField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		if f.Name == "Redis" {
+			f.Type = reflect.TypeFor[redisField]()
+		}
+		fields = append(fields, f)
+	}
+	return reflect.StructOf(fields)
+}()
+
+// decodeConfig decodes a hub.yaml strictly.
+func decodeConfig(data []byte) (Config, error) {
+	v := reflect.New(fileConfig)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v.Interface()); err != nil {
+		return Config{}, err
+	}
+	var c Config
+	cv := reflect.ValueOf(&c).Elem()
+	for i := range fileConfig.NumField() {
+		name, fv := fileConfig.Field(i).Name, v.Elem().Field(i)
+		if name == "Redis" {
+			c.Redis = fv.Interface().(redisField).value
+			continue
+		}
+		cv.FieldByName(name).Set(fv)
+	}
+	return c, nil
 }
 
 // HashToken returns the hex sha256 of an agent token, the form hub.yaml holds.

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,7 +54,7 @@ type redisBackend struct {
 	managed *managedRedis // nil unless mode is managed
 }
 
-// openRedis connects to Redis in one of the three modes of docs/contract.md#interfaces. The
+// openRedis connects to Redis in one of the modes of docs/contract.md#interfaces. The
 // code above it is the same whatever the mode. Whatever the mode, the hub
 // holds the lock of its data dir (the git mirror and the credentials are
 // in it too) until the backend is closed.
@@ -89,6 +90,8 @@ func openRedis(ctx context.Context, mode, dataDir string, log zerolog.Logger) (*
 			return nil, fmt.Errorf("managed redis: %w", err)
 		}
 		return &redisBackend{client: c, mode: mode, close: func() { _ = c.Close(); s.stop() }, managed: s}, nil
+	case strings.HasPrefix(mode, sentinelScheme), strings.HasPrefix(mode, clusterScheme):
+		return openTopology(ctx, mode, dataDir, log)
 	case strings.Contains(mode, "://"):
 		opts, err := redis.ParseURL(mode)
 		if err != nil {
@@ -110,7 +113,100 @@ func openRedis(ctx context.Context, mode, dataDir string, log zerolog.Logger) (*
 		}
 		return &redisBackend{client: c, mode: "url", close: func() { _ = c.Close(); lock.release() }}, nil
 	}
-	return nil, fmt.Errorf("redis %q: want managed, embedded or a redis:// URL", mode)
+	return nil, fmt.Errorf("redis %q: want managed, embedded, a redis:// URL, or a Sentinel or Cluster deployment", mode)
+}
+
+// topologyWait bounds how long a hub starting on Sentinel or Cluster waits
+// for the primary holding its keys: long enough to ride out a failover.
+const topologyWait = 30 * time.Second
+
+// openTopology connects to a Sentinel or Cluster deployment (the URL forms
+// of RedisSentinel and RedisCluster). The client follows failovers: the
+// Sentinel client asks the Sentinels for the primary whenever it dials and
+// drops its connections when they announce a new one; the Cluster client
+// follows MOVED answers and reloads the slot map when a node fails. The
+// passwords are read from their files here and go nowhere else: no log
+// line, error or readiness check holds them.
+func openTopology(ctx context.Context, mode, dataDir string, log zerolog.Logger) (*redisBackend, error) {
+	var (
+		c    redis.UniversalClient
+		kind string
+		desc string
+	)
+	if strings.HasPrefix(mode, sentinelScheme) {
+		s, err := ParseRedisSentinel(mode)
+		if err != nil {
+			return nil, err
+		}
+		if errs := s.check(); len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		password, perr := readPasswordFile("redis.sentinel.password_file", s.PasswordFile)
+		sentinelPassword, serr := readPasswordFile("redis.sentinel.sentinel_password_file", s.SentinelPasswordFile)
+		if err := errors.Join(perr, serr); err != nil {
+			return nil, err
+		}
+		kind, desc = "sentinel", fmt.Sprintf("master %s via sentinels %s", s.Master, strings.Join(s.Addrs, ","))
+		c = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: s.Master, SentinelAddrs: s.Addrs, SentinelPassword: sentinelPassword,
+			Password: password, DB: s.DB, ContextTimeoutEnabled: true, PoolSize: poolSize,
+		})
+	} else {
+		cl, err := ParseRedisCluster(mode)
+		if err != nil {
+			return nil, err
+		}
+		if errs := cl.check(); len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		password, err := readPasswordFile("redis.cluster.password_file", cl.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		kind, desc = "cluster", "cluster via "+strings.Join(cl.Addrs, ",")
+		c = newClusterClient(&redis.ClusterOptions{
+			Addrs: cl.Addrs, Password: password, ContextTimeoutEnabled: true, PoolSize: poolSize,
+		})
+	}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	if err := waitPing(ctx, c, topologyWait); err != nil {
+		_ = c.Close()
+		lock.release()
+		return nil, fmt.Errorf("redis %s: %w", desc, err)
+	}
+	log.Info().Str("component", "redis").Str("redis", kind).Msg("redis: " + desc)
+	return &redisBackend{client: c, mode: kind, close: func() { _ = c.Close(); lock.release() }}, nil
+}
+
+// clusterReloadEvery bounds how old the Cluster client's slot map gets
+// (go-redis's default is a minute).
+const clusterReloadEvery = 10 * time.Second
+
+// newClusterClient returns a Cluster client that reloads its slot map
+// whenever it cannot reach a node. go-redis reloads it on MOVED and
+// READONLY answers, but a primary that died answers nothing: the client
+// would dial it for every command until its periodic reload, while its
+// replica already took over.
+func newClusterClient(opts *redis.ClusterOptions) *redis.ClusterClient {
+	var cc atomic.Pointer[redis.ClusterClient]
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			if c := cc.Load(); c != nil {
+				c.ReloadState(ctx)
+			}
+		}
+		return conn, err
+	}
+	opts.ClusterStateReloadInterval = clusterReloadEvery
+	c := redis.NewClusterClient(opts)
+	cc.Store(c)
+	return c
 }
 
 // redactURL drops the password of a Redis URL for messages.
@@ -123,8 +219,12 @@ func redactURL(u string) string {
 	return u
 }
 
+// waitPing pings c until it answers, within, or ctx ends. It fails with the
+// last answer that says why (a refused password, a refused connection)
+// rather than a timeout that hides it.
 func waitPing(ctx context.Context, c redis.UniversalClient, within time.Duration) error {
 	deadline := time.Now().Add(within)
+	var why error
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		err := c.Ping(pctx).Err()
@@ -132,8 +232,11 @@ func waitPing(ctx context.Context, c redis.UniversalClient, within time.Duration
 		if err == nil {
 			return nil
 		}
+		if why == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			why = err
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return err
+			return why
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -304,3 +304,122 @@ func TestLoadConfigRejectsUnknownFieldsAndAppliesDefaults(t *testing.T) {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
+
+// TestLoadConfigRedisSentinelAndCluster: hub.yaml's redis: takes a string
+// or a mapping with sentinel or cluster, strictly, with errors naming the
+// field and never a password.
+func TestLoadConfigRedisSentinelAndCluster(t *testing.T) {
+	dir := t.TempDir()
+	const secret = "s3cret-never-shown"
+	pw := filepath.Join(dir, "redis.pass")
+	spw := filepath.Join(dir, "sentinel pass") // a space: escaped in the URL form
+	empty := filepath.Join(dir, "empty.pass")
+	for path, content := range map[string]string{pw: secret + "\n", spw: "other-" + secret, empty: "\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing.pass")
+	head := "repo:\n  url: file:///x.git\ndata_dir: /tmp/x\n"
+	tests := []struct {
+		name  string
+		redis string // hub.yaml after "redis:"
+		want  string // Config.Redis, or ...
+		err   string // ... a part of the error
+	}{
+		{name: "a string mode stays", redis: " embedded\n", want: "embedded"},
+		{name: "a URL stays", redis: " redis://10.0.0.1:6379/2\n", want: "redis://10.0.0.1:6379/2"},
+		{name: "no redis is managed", redis: " \n", want: "managed"},
+		{
+			name:  "sentinel",
+			redis: "\n  sentinel:\n    master: mymaster\n    addrs: [10.0.0.1:26379, 10.0.0.2:26379, 10.0.0.3:26379]\n    password_file: " + pw + "\n    sentinel_password_file: " + spw + "\n    db: 2\n",
+			want:  "redis-sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/mymaster?db=2&password_file=" + strings.ReplaceAll(pw, "/", "%2F") + "&sentinel_password_file=" + strings.ReplaceAll(strings.ReplaceAll(spw, "/", "%2F"), " ", "+"),
+		},
+		{name: "sentinel, flow style, no password", redis: " {sentinel: {master: m, addrs: ['[::1]:26379']}}\n", want: "redis-sentinel://[::1]:26379/m"},
+		{name: "cluster", redis: "\n  cluster:\n    addrs: [r1:6379, r2:6379]\n    password_file: " + pw + "\n", want: "redis-cluster://r1:6379,r2:6379?password_file=" + strings.ReplaceAll(pw, "/", "%2F")},
+		{name: "both", redis: "\n  sentinel: {master: m, addrs: [h:1]}\n  cluster: {addrs: [h:2]}\n", err: "sentinel and cluster both given"},
+		{name: "neither", redis: " {}\n", err: "a mapping needs sentinel or cluster"},
+		{name: "an unknown field of redis", redis: "\n  sentinels: {master: m, addrs: [h:1]}\n", err: `redis: unknown field "sentinels"`},
+		{name: "an unknown field of sentinel", redis: "\n  sentinel: {master: m, addrs: [h:1], mastr: x}\n", err: `redis.sentinel: unknown field "mastr"`},
+		{name: "a db for a cluster", redis: "\n  cluster: {addrs: [h:1], db: 1}\n", err: `redis.cluster: unknown field "db"`},
+		{name: "a field twice", redis: "\n  cluster: {addrs: [h:1], addrs: [h:2]}\n", err: "addrs"},
+		{name: "sentinel not a mapping", redis: "\n  sentinel: mymaster\n", err: "redis.sentinel: want a mapping"},
+		{name: "a list", redis: " [a, b]\n", err: "redis: want managed, embedded, a URL"},
+		{name: "a bad db", redis: "\n  sentinel: {master: m, addrs: [h:1], db: first}\n", err: "redis.sentinel"},
+		{name: "no master", redis: "\n  sentinel: {addrs: [h:1]}\n", err: "redis.sentinel.master"},
+		{name: "empty sentinel addrs", redis: "\n  sentinel: {master: m, addrs: []}\n", err: "redis.sentinel.addrs: at least one host:port is required"},
+		{name: "no cluster addrs", redis: "\n  cluster: {password_file: " + pw + "}\n", err: "redis.cluster.addrs: at least one host:port is required"},
+		{name: "an address without a port", redis: "\n  cluster: {addrs: [r1:6379, r2]}\n", err: `redis.cluster.addrs[1] "r2": want host:port`},
+		{name: "an unreadable password file", redis: "\n  sentinel: {master: m, addrs: [h:1], password_file: " + missing + "}\n", err: "redis.sentinel.password_file: open " + missing},
+		{name: "an unreadable sentinel password file", redis: "\n  sentinel: {master: m, addrs: [h:1], sentinel_password_file: " + missing + "}\n", err: "redis.sentinel.sentinel_password_file"},
+		{name: "an empty password file", redis: "\n  cluster: {addrs: [h:1], password_file: " + empty + "}\n", err: "redis.cluster.password_file: " + empty + " is empty"},
+		{name: "an unknown mode", redis: " clustered\n", err: `redis "clustered": want managed, embedded`},
+		{name: "credentials in the URL form", redis: " redis-sentinel://:" + secret + "@h:1/m\n", err: "no credentials in the URL"},
+		{name: "an unknown URL parameter", redis: " redis-cluster://h:1?password=" + secret + "\n", err: `unknown parameter "password"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "hub.yaml")
+			if err := os.WriteFile(p, []byte(head+"redis:"+tt.redis), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := LoadConfig(p)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q in it", err, tt.err)
+				}
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("the error shows the password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Redis != tt.want {
+				t.Fatalf("redis = %q, want %q", c.Redis, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigRedisURLFormsRoundTrip: the URL forms read back as what wrote them,
+// and give go-redis the passwords from their files.
+func TestConfigRedisURLFormsRoundTrip(t *testing.T) {
+	s := RedisSentinel{Master: "my master", Addrs: []string{"a:1", "[::1]:2"}, PasswordFile: "/p?x", SentinelPasswordFile: "/s&y", DB: 3}
+	got, err := ParseRedisSentinel(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(s) {
+		t.Fatalf("%q read back as %+v", s.URL(), got)
+	}
+	c := RedisCluster{Addrs: []string{"a:1", "b:2"}, PasswordFile: "/p#1"}
+	gotc, err := ParseRedisCluster(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(gotc) != fmt.Sprint(c) {
+		t.Fatalf("%q read back as %+v", c.URL(), gotc)
+	}
+	if _, err := ParseRedisCluster("redis-cluster://a:1/0"); err == nil {
+		t.Fatal("a cluster URL with a path was accepted")
+	}
+}
+
+// TestConfigStrictDecodingKeepsLineNumbers: decoding through Config's mirror
+// type still names unknown fields and the lines of bad values.
+func TestConfigStrictDecodingKeepsLineNumbers(t *testing.T) {
+	for doc, want := range map[string]string{
+		"repo:\n  url: file:///x.git\n  brnch: main\ndata_dir: /tmp/x\nredis:\n  cluster: {addrs: [h:1]}\n":   "line 3: field brnch not found",
+		"repo:\n  url: file:///x.git\ndata_dir: /tmp/x\nredis:\n  cluster: {addrs: [h:1]}\nlease_ttl: soon\n": "line 6: time: invalid duration",
+	} {
+		p := filepath.Join(t.TempDir(), "hub.yaml")
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want %q", err, want)
+		}
+	}
+}
