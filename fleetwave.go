@@ -142,7 +142,39 @@ type BlockAction struct {
 	OneShot bool `json:"one_shot,omitempty"`
 	// Requires lists capabilities every node of the action must advertise.
 	Requires []string `json:"requires,omitempty"`
+	// Placement is PlacementSplit for an action that runs on all the
+	// selected nodes together or on none (its items are one group, every
+	// node of which must advertise Requires: a capability, or
+	// "address:<name>" for a data address); empty or PlacementSingle for
+	// an action each node runs on its own.
+	Placement string `json:"placement,omitempty"`
 }
+
+// Placements of a block action.
+const (
+	PlacementSingle = "single"
+	PlacementSplit  = "split"
+)
+
+// RequireAddressPrefix marks a requirement on a data address in
+// BlockAction.Requires and ItemSpec.Requires: "address:<name>" is met by a
+// node whose agent reports a non-empty data address <name>.
+const RequireAddressPrefix = "address:"
+
+// BlockDetect is how an agent finds an instance of a block installed
+// without fleetwave (docs/contract.md#vocabulary): Command, run with sh -c,
+// prints the installed version on its first line of stdout and exits 0
+// when the block is installed, exits 1 when it is not; any other outcome
+// (another exit code, a timeout) is "unknown" and changes nothing.
+type BlockDetect struct {
+	Command string        `json:"command"`
+	Timeout time.Duration `json:"-"`
+	// TimeoutText is the duration as written in the file ("30s").
+	TimeoutText string `json:"timeout,omitempty"`
+}
+
+// DefaultDetectTimeout bounds a detect command that sets no timeout.
+const DefaultDetectTimeout = 30 * time.Second
 
 // Block is a deployable unit, defined once in blocks/<name>.
 type Block struct {
@@ -152,6 +184,9 @@ type Block struct {
 	Actions     map[string]BlockAction `json:"actions"`
 	// ConfigSchema is a CUE expression the rendered config must satisfy.
 	ConfigSchema string `json:"config_schema,omitempty"`
+	// Detect, when set, lets agents report instances of the block that
+	// were installed by hand (managed_by cli).
+	Detect *BlockDetect `json:"detect,omitempty"`
 }
 
 // Window is a named maintenance window: it opens at each cron tick (in its

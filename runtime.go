@@ -129,6 +129,12 @@ const (
 	// closed: cancelled, its pending items skipped, the items whose attempt
 	// may have run blocked; nothing of it runs again by itself.
 	ReasonStateLost = "state_lost"
+	// ReasonAgentUpgradeFailed: the agent's built-in upgrade of the
+	// fleetwave-agent block did not bring the new build into service (no
+	// such build, a bad checksum, a build that did not start or did not
+	// report in time); the previous build stays or was restored. A failed
+	// upgrade is permanent: its result's output starts with this reason.
+	ReasonAgentUpgradeFailed = "agent_upgrade_failed"
 )
 
 // InstanceKey identifies a block instance: one block on one node.
@@ -354,7 +360,14 @@ type AttemptResult struct {
 	Output string `json:"output,omitempty"`
 	// Instance is the block instance as the agent observed it after the action.
 	Instance *InstanceStatus `json:"instance,omitempty"`
+	// Reason, on a permanent result, names why when the agent knows better
+	// than "permanent_failure": one of PermanentReasons.
+	Reason string `json:"reason,omitempty"`
 }
+
+// PermanentReasons are the reasons an agent may give a permanent result
+// (AttemptResult.Reason); the item is blocked with that reason.
+var PermanentReasons = []string{ReasonAgentUpgradeFailed}
 
 // InstanceStatus is one block instance as an agent observed it.
 type InstanceStatus struct {
@@ -380,6 +393,21 @@ type Report struct {
 	SentAt   time.Time `json:"sent_at"`
 	// ReceivedAt is set by the hub.
 	ReceivedAt time.Time `json:"received_at,omitzero"`
+	// Detected lists the blocks of the hub's detect commands
+	// (DetectCommand) this report accounts for: those fleetwave manages on
+	// the node and those whose detect command answered (exit 0 or 1). An
+	// instance a detect command found that fleetwave did not install is in
+	// Instances with ManagedBy ManagedByCLI.
+	Detected []string `json:"detected,omitempty"`
+}
+
+// DetectCommand is a block's detect command as the hub hands it to the
+// agent of a node in the scope of a BRC of the block (GET
+// /api/v1/agent/nodes/{node}/detect).
+type DetectCommand struct {
+	Block          string `json:"block"`
+	Command        string `json:"command"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
 }
 
 // Observations are the latest full reports, keyed by node id.

@@ -39,6 +39,16 @@ type Config struct {
 	Logger zerolog.Logger
 	// Shell runs the block commands as Shell -c command, default "/bin/sh".
 	Shell string
+	// SelfUpgrade lets the built-in upgrade of the fleetwave-agent block
+	// replace this program's binary and re-execute it (upgrade.go): set by
+	// `fleetwave agent`, a process that is the agent and nothing else. An
+	// agent embedded in another program leaves it off: the built-in then
+	// records the target version without replacing anything.
+	SelfUpgrade bool
+	// UpgradeTimeout is how long a new build has to start and report to
+	// the hub before the previous build is restored, default
+	// DefaultUpgradeTimeout (never past the attempt's deadline).
+	UpgradeTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -95,6 +105,7 @@ type agent struct {
 
 	mu    sync.Mutex // guards store
 	store *store
+	det   detector // instances installed by hand (detect.go)
 }
 
 // Run runs the agent until ctx is cancelled, then returns nil. It returns an
@@ -104,6 +115,9 @@ type agent struct {
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return err
+	}
+	if done, err := answerProbe(); done {
 		return err
 	}
 	st, err := openStore(cfg.StateDir, cfg.Node, time.Now().UTC())
@@ -118,7 +132,12 @@ func Run(ctx context.Context, cfg Config) error {
 		store:  st,
 	}
 	a.log.Info().Str("node", cfg.Node).Str("agent_version", fleetwave.Version).Int("instances", len(st.st.Instances)).Msg("agent starting")
+	upgrade, err := a.resumeUpgrade(ctx)
+	if err != nil {
+		return err
+	}
 
+	a.detect(ctx, true)
 	if err := a.retry(ctx, "register", func() error { return a.client.register(ctx, a.fullReport()) }); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -128,6 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 		a.log.Error().Err(err).Str("node", cfg.Node).Msg("registration refused")
 	} else {
 		a.log.Info().Str("node", cfg.Node).Msg("agent registered")
+		upgrade.reported()
 	}
 	a.deliverPending(ctx)
 
@@ -211,6 +231,7 @@ func (a *agent) reportLoop(ctx context.Context) {
 
 // sendReport sends a full report, retrying transient failures.
 func (a *agent) sendReport(ctx context.Context) {
+	a.detect(ctx, false)
 	err := a.retry(ctx, "report", func() error { return a.client.report(ctx, a.fullReport()) })
 	if err != nil && ctx.Err() == nil {
 		a.log.Error().Err(err).Str("node", a.cfg.Node).Msg("report refused")
@@ -230,13 +251,14 @@ func (a *agent) fullReport() fleetwave.Report {
 		SentAt:        time.Now().UTC(),
 	}
 	for _, in := range a.store.st.Instances {
-		r.Instances = append(r.Instances, in)
+		r.Instances = append(r.Instances, a.observedSelf(in))
 	}
 	sort.Slice(r.Instances, func(i, j int) bool { return r.Instances[i].Block < r.Instances[j].Block })
 	for id := range a.store.st.Journal {
 		r.Attempts = append(r.Attempts, id)
 	}
 	sort.Strings(r.Attempts)
+	a.detectedInto(&r)
 	return r
 }
 
@@ -328,6 +350,7 @@ func (a *agent) handle(ctx context.Context, att fleetwave.Attempt) {
 // success) and returns it as observed; the caller holds a.mu.
 func (a *agent) applyInstance(att fleetwave.Attempt, success bool, now time.Time) (*fleetwave.InstanceStatus, bool) {
 	cur, exists := a.store.st.Instances[att.Block]
+	cur, exists = a.adoptDetected(att, success, cur, exists)
 	if !success || att.Payload.Operational {
 		if !exists {
 			return nil, false

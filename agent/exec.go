@@ -38,7 +38,13 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // execute runs the attempt's command and classifies its outcome. interrupted
 // is true when ctx ended the run (the agent is stopping): no result then.
 func (a *agent) execute(ctx context.Context, att fleetwave.Attempt, log zerolog.Logger) (res fleetwave.AttemptResult, interrupted bool) {
+	if res, ok := a.builtinTakeover(att); ok {
+		return res, false
+	}
 	res = fleetwave.AttemptResult{AttemptID: att.ID, Fence: att.Fence}
+	if isBuiltinUpgrade(att) {
+		return a.agentUpgrade(ctx, att, log)
+	}
 	dir := filepath.Join(a.cfg.StateDir, "blocks", att.Block)
 	// The rendered config lives beside the instance directory, not in it, so
 	// that a block's own files never collide with it.
@@ -102,7 +108,7 @@ func (a *agent) execute(ctx context.Context, att fleetwave.Attempt, log zerolog.
 	case waitErr = <-done:
 	case <-timer.C:
 		timedOut = true
-		log.Warn().Dur("timeout", timeout).Msg("command timed out; killing its process group")
+		log.Warn().Int64("timeout_ms", timeout.Milliseconds()).Msg("command timed out; killing its process group")
 		killGroup(pgid, done)
 	case <-ctx.Done():
 		log.Warn().Msg("agent stopping; killing the running command")

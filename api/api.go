@@ -286,8 +286,10 @@ func New(h Hub, opts ...Option) http.Handler {
 	mux.HandleFunc("GET /api/v1/agent/nodes/{node}/attempts", s.agent(s.poll))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result", s.agent(s.result))
 	mux.HandleFunc("POST /api/v1/agent/nodes/{node}/report", s.agent(s.report))
+	mux.HandleFunc("GET /api/v1/agent/nodes/{node}/artifacts/{version}", s.agent(s.artifact))
 	s.approvalRoutes(mux)
 	s.nodeRoutes(mux)
+	s.detectRoutes(mux)
 	mux.HandleFunc("/api/", s.notFound)
 	// every read goes through the read check first
 	s.mux = http.NewServeMux()
@@ -911,6 +913,10 @@ func checkResult(res *fleetwave.AttemptResult) *Error {
 	}
 	if len(res.Output) > MaxOutputLen {
 		return fieldError(code, "output", fmt.Sprintf("is %d bytes; at most %d", len(res.Output), MaxOutputLen))
+	}
+	if res.Reason != "" && (res.Class != fleetwave.ResultPermanent || !slices.Contains(fleetwave.PermanentReasons, res.Reason)) {
+		return fieldError(code, "reason", fmt.Sprintf("is %s; only a permanent result names a reason, one of %s",
+			quote(res.Reason), strings.Join(fleetwave.PermanentReasons, ", ")))
 	}
 	if res.Instance != nil {
 		return checkInstance(code, "instance", res.Instance)

@@ -21,7 +21,8 @@
 //	invalid_report (400)     a report field out of its domain or limits
 //	invalid_result (400)     a result field out of its domain or limits
 //	attempt_mismatch (400)   a result's attempt_id differs from the path's
-//	invalid_query (400)      a bad query parameter (wait, limit, cursor, state)
+//	invalid_query (400)      a bad query parameter (wait, limit, cursor, state; a
+//	                         build's version, os, arch)
 //	invalid_labels (400)     a label set breaks the label rules (details.labels)
 //	unauthorized (401)       missing or unknown bearer token
 //	invalid_signature (401)  a git webhook whose signature does not verify
@@ -33,6 +34,7 @@
 //	invalid_change (422)     a write the repository's schema refuses
 //	not_editable (422)       a node file the hub cannot rewrite faithfully
 //	unknown_attempt (404)    no such attempt
+//	unknown_artifact (404)   no agent build of that version, os and arch
 //	body_timeout (408)       the body did not arrive within the body timeout
 //	body_too_large (413)     the body exceeds the cap
 //	too_many_requests (429)  a client over its in-flight limit; Retry-After
@@ -153,6 +155,24 @@
 //	     body fleetwave.AttemptResult; its attempt_id must equal {attempt} -> 204
 //	POST /api/v1/agent/nodes/{node}/report
 //	     body fleetwave.Report (a full report) -> 204
+//	GET  /api/v1/agent/nodes/{node}/detect
+//	     -> 200 {"blocks": [fleetwave.DetectCommand]} (never null): the detect
+//	     commands of the blocks whose BRCs target the node ({"block", "command",
+//	     "timeout_seconds"}); 503 not_ready before the hub read its config
+//	     repository. The agent runs them at registration and before each full
+//	     report: exit 0 = installed (first line of stdout: the version), exit 1 =
+//	     not installed, anything else = unknown. An instance found that the
+//	     agent did not install is reported with managed_by "cli"; the report's
+//	     "detected" lists the blocks it accounts for (managed or answered)
+//	GET  /api/v1/agent/nodes/{node}/artifacts/{version}?os=linux&arch=amd64
+//	     the agent build fleetwave-agent-<version>-<os>-<arch> of the hub's agent_artifacts
+//	     directory (hub.yaml), streamed as application/octet-stream (HEAD and ranges work)
+//	     with its hex sha256 from the directory's SHA256SUMS in X-Fleetwave-Sha256 and its
+//	     version in X-Fleetwave-Version -> 200; 404 unknown_artifact when the hub holds no
+//	     such build or SHA256SUMS does not list it; 400 invalid_query for a version that
+//	     cannot name a file, or a missing os or arch. The built-in upgrade of the
+//	     fleetwave-agent block downloads here; a download changes nothing by itself: an
+//	     agent installs only the version of an attempt the hub dispatched to it.
 //
 // The node of a report is always the token's node: a body naming another
 // node is refused with invalid_report. The attempt endpoint is the only

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -157,20 +158,11 @@ func (e *Engine) Complete(ctx context.Context, node string, res fleetwave.Attemp
 	default:
 		return fmt.Errorf("class %q: %w", res.Class, ErrInvalidResult)
 	}
-	inst, instAt, instGen, instVer, instState := "", int64(0), int64(-1), "", ""
-	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
-		b, err := json.Marshal(res.Instance)
-		if err != nil {
-			return fmt.Errorf("encode instance: %w", err)
-		}
-		inst, instAt, instGen = string(b), res.Instance.UpdatedAt.UnixMilli(), res.Instance.Generation
-		instVer, instState = res.Instance.Version, string(res.Instance.State)
+	args, err := resultArgs(node, res, e.jitter())
+	if err != nil {
+		return err
 	}
-	c := &completion{
-		args: []any{node, res.AttemptID, fenceArg(res.Fence), string(res.Class), res.ExitCode,
-			e.jitter(), inst, max(instAt, 0), instGen, instVer, instState, outputTail(res)},
-		done: make(chan struct{}, 1),
-	}
+	c := &completion{args: args, done: make(chan struct{}, 1)}
 	e.cq.mu.Lock()
 	e.cq.queue = append(e.cq.queue, c)
 	lead := !e.cq.running
@@ -221,7 +213,7 @@ const completeBatch = 256
 
 // completion is one Complete in the group-commit queue.
 type completion struct {
-	args []any // the result's 12 script fields
+	args []any // the result's resultFields script fields (resultArgs)
 	err  error
 	lead bool          // set before done is signalled: run the queue next
 	done chan struct{} // capacity 1: committed (or failed), or lead
@@ -268,7 +260,7 @@ func (e *Engine) leadCompletions(ctx context.Context, own *completion) {
 // runCompletions commits one group with complete.lua and sets each
 // result's error.
 func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
-	args := make([]any, 0, 6+12*len(batch))
+	args := make([]any, 0, 6+resultFields*len(batch))
 	args = append(args, e.base.Milliseconds(), e.max.Milliseconds(), e.grace.Milliseconds(),
 		DefaultActionTimeout.Milliseconds(), batchLimit, len(batch))
 	for _, c := range batch {
@@ -377,4 +369,41 @@ func (e *Engine) Report(ctx context.Context, r fleetwave.Report) error {
 		e.log.Info().Str("node", r.Node).Int64("items", n).Msg("ambiguous items resolved")
 	}
 	return nil
+}
+
+// permanentReason is the item reason of a permanent result: the agent's
+// when it is one the engine knows (fleetwave.PermanentReasons), else
+// permanent_failure.
+func permanentReason(res fleetwave.AttemptResult) string {
+	if res.Class == fleetwave.ResultPermanent && slices.Contains(fleetwave.PermanentReasons, res.Reason) {
+		return res.Reason
+	}
+	return "permanent_failure"
+}
+
+// resultFields is the number of script fields of one result in
+// complete.lua's ARGV; resultArgs writes them, in its order.
+const resultFields = 13
+
+// resultArgs is one result as complete.lua reads it: node, attempt id,
+// fence, class, exit code, jitter, the observed instance (json, its
+// updated_at in ms, generation, version, state; "", 0, -1, "", "" when the
+// result carries none or is not a success), the output tail and the
+// reason of a permanent result.
+func resultArgs(node string, res fleetwave.AttemptResult, jitter float64) ([]any, error) {
+	inst, instAt, instGen, instVer, instState := "", int64(0), int64(-1), "", ""
+	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
+		b, err := json.Marshal(res.Instance)
+		if err != nil {
+			return nil, fmt.Errorf("encode instance: %w", err)
+		}
+		inst, instAt, instGen = string(b), res.Instance.UpdatedAt.UnixMilli(), res.Instance.Generation
+		instVer, instState = res.Instance.Version, string(res.Instance.State)
+	}
+	args := []any{node, res.AttemptID, fenceArg(res.Fence), string(res.Class), res.ExitCode,
+		jitter, inst, max(instAt, 0), instGen, instVer, instState, outputTail(res), permanentReason(res)}
+	if len(args) != resultFields {
+		panic("engine: resultArgs and resultFields disagree")
+	}
+	return args, nil
 }

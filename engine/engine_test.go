@@ -1004,7 +1004,11 @@ func TestABrokenResultFailsAlone(t *testing.T) {
 		}
 		var batch []*completion
 		for _, a := range as {
-			batch = append(batch, &completion{args: []any{a.Node, a.ID, fenceArg(a.Fence), "success", 0, 0.5, "", 0, a.Generation, a.TargetVersion, "", ""}})
+			args, err := resultArgs(a.Node, resultOf(a, fleetwave.ResultSuccess), 0.5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, &completion{args: args})
 		}
 		h.e.runCompletions(h.ctx, batch) // one group, as concurrent Completes would be
 		fine, broken := batch[0], batch[1]
@@ -1049,5 +1053,28 @@ func TestAFailureKeepsTheTailOfItsOutput(t *testing.T) {
 			t.Fatalf("a success kept output %q", done.Output)
 		}
 		_ = ids
+	})
+}
+
+// TestAPermanentResultKeepsAKnownReason: an agent's permanent result may
+// name a reason the engine knows (agent_upgrade_failed); anything else is
+// permanent_failure.
+func TestAPermanentResultKeepsAKnownReason(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		_, ids := h.create(spec("reason", 2, "web", 1, 2, 0))
+		h.step()
+		for i, reason := range []string{fleetwave.ReasonAgentUpgradeFailed, "made_up"} {
+			a := h.poll(fmt.Sprintf("n%d", i+1))[0]
+			res := resultOf(a, fleetwave.ResultPermanent)
+			res.Reason = reason
+			if err := h.e.Complete(h.ctx, a.Node, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, items := h.rollout(ids[0][:strings.Index(ids[0], ".")])
+		if items[0].Reason != fleetwave.ReasonAgentUpgradeFailed || items[1].Reason != "permanent_failure" {
+			t.Fatalf("reasons %q, %q", items[0].Reason, items[1].Reason)
+		}
 	})
 }

@@ -78,7 +78,7 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient, permanent or lost",
 			Details: map[string]string{"field": "class"}}
 	}
-	if err := h.eng.Complete(ctx, node, res); err != nil {
+	if err := h.metrics.countResult(res, h.eng.Complete(ctx, node, res)); err != nil {
 		h.log.Warn().Err(err).Str("node", node).Str("attempt", res.AttemptID).Msg("attempt result refused")
 		return h.apiError(ctx, err)
 	}
@@ -149,6 +149,9 @@ func cutLastNumber(id string) (prefix string, n int64, ok bool) {
 // Report stores a full report; observations never change desired state,
 // but they may show drift, so a reconcile follows.
 func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
+	if err := checkDetected(r); err != nil {
+		return err
+	}
 	r.ReceivedAt = h.clock.Now().UTC()
 	if err := h.eng.Report(ctx, r); err != nil {
 		return h.apiError(ctx, err)
@@ -268,6 +271,11 @@ func (h *Hub) dialRedis(ctx context.Context) error {
 		return nil
 	}
 	o := c.Options()
+	if o.Network != "unix" {
+		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+			return nil // a Sentinel client: its address is not one to dial
+		}
+	}
 	dctx, cancel := context.WithTimeout(ctx, readyDialTimeout)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(dctx, o.Network, o.Addr)

@@ -114,6 +114,9 @@ type Config struct {
 	WebhookSecretFile string `yaml:"webhook_secret_file"`
 	// Approval is the two-person policy of config rollouts.
 	Approval ApprovalConfig `yaml:"approval"`
+	// AgentArtifacts holds the agent builds the hub serves for the
+	// built-in upgrade of the fleetwave-agent block (artifacts.go).
+	AgentArtifacts AgentArtifactsConfig `yaml:"agent_artifacts"`
 }
 
 // ApprovalConfig is the approval policy. It lives in hub.yaml, not in the
@@ -321,6 +324,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("lease_ttl must be at least 1s"))
 	}
 	errs = append(errs, checkRedis(c.Redis)...)
+	if err := c.AgentArtifacts.check(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -43,6 +43,19 @@
 //   - ownership: an observed CLI-managed instance gets a takeover item when
 //     the trigger has auto_takeover and the block a takeover action, else an
 //     item skipped with cli_managed (the engine records the conflict).
+//   - detect (nodeside.go): DetectCommands gives each node the detect
+//     commands of the blocks its BRCs target; with Options.RequireReport
+//     an install of a block with a detect command waits (awaiting_report)
+//     until the node's report accounts for it (Report.Detected), so an
+//     instance installed by hand is never installed over. PlanManual
+//     plans a takeover request (action_name takeover) with the block's
+//     takeover action, else the agent's built-in one (no command).
+//   - placement (nodeside.go): the items of a split action are one group
+//     (ItemSpec.Group = the action), waiting whole while one of its nodes
+//     is held and blocked whole (placement_rejected) when one cannot take
+//     part; with Options.RequireReport, items whose nodes lack a
+//     requirement in their last report are blocked with a message naming
+//     the nodes and what they lack.
 //   - staged enablement (kind:config enablement) and, with
 //     Options.RequireReport, a node without a report hold instances instead
 //     of planning them; they are listed in Plan.Holds.

@@ -186,9 +186,15 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 			item.BlockReason, item.BlockMessage, item.Payload = ReasonInvalidConfig, invalid, fleetwave.AttemptPayload{}
 		case observed != nil && observed.ManagedBy == fleetwave.ManagedByCLI && action != fleetwave.ActionTakeover:
 			item.SkipReason, item.Payload = fleetwave.ReasonCLIManaged, fleetwave.AttemptPayload{}
+		case action == fleetwave.ActionTakeover && observed == nil && !busy && obs[id] != nil:
+			// nothing installed by hand to take over on this node
+			item.SkipReason, item.Payload = ReasonNotInstalled, fleetwave.AttemptPayload{}
+		case action == fleetwave.ActionTakeover && observed != nil && observed.ManagedBy != fleetwave.ManagedByCLI:
+			item.SkipReason, item.Payload = ReasonNotCLIManaged, fleetwave.AttemptPayload{}
 		}
 		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})
 	}
+	items, _ = place(obs, t.Name, block, items, nil, opts)
 	spec.Items = sortItems(items)
 	return spec, nil
 }

@@ -69,6 +69,10 @@ type Options struct {
 	// it is held with reason awaiting_report and joins its trigger's
 	// rollout once it reported. A hub that lost Redis thus waits for the
 	// agents' next reports instead of re-installing the fleet.
+	// It also means the observations are the agents' live reports: an
+	// install of a block with a detect command waits for a report that
+	// ran it, and items whose nodes lack a requirement are blocked at plan
+	// time (placement_rejected, naming them; see nodeside.go).
 	RequireReport bool
 	// ActiveInstance says whether an item that will change the instance is
 	// active in the engine (e.g. the install its BRC just planned): a

@@ -249,6 +249,10 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 			hold(reason, action+" is not enabled for this node")
 			continue
 		}
+		if action == fleetwave.ActionInstall && observed == nil && awaitingDetect(opts, block, obs[id]) {
+			hold(fleetwave.ReasonAwaitingReport, "waiting for a report that ran the detect command of block "+block.Name+" (an instance installed by hand is never installed over)")
+			continue
+		}
 		item, p := buildItem(snap, n, t, block, action, gen, rendered, hash, desired)
 		if p != nil {
 			problems = append(problems, *p)
@@ -267,8 +271,9 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		}
 		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})
 	}
+	items, held := place(obs, t.Name, block, items, holds, opts)
 	spec.Items = sortItems(items)
-	return spec, problems, holds
+	return spec, problems, append(holds, held...)
 }
 
 // buildItem makes the item for action on node n, resolving the block action
@@ -276,6 +281,11 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 func buildItem(snap *fleetwave.Snapshot, n *fleetwave.Node, t *fleetwave.Trigger, block *fleetwave.Block, action string, gen int64, rendered, hash string, desired fleetwave.DesiredState) (fleetwave.ItemSpec, *Problem) {
 	ik := fleetwave.InstanceKey{Node: n.ID, Block: block.Name}
 	ba, ok := block.Actions[action]
+	if !ok && action == fleetwave.ActionTakeover {
+		// the agent's built-in takeover (no command): it records the
+		// instance it detected as fleetwave's
+		ba, ok = fleetwave.BlockAction{}, true
+	}
 	if !ok {
 		return fleetwave.ItemSpec{}, &Problem{Trigger: t.Name, Node: n.ID, Block: block.Name, Reason: ReasonUnknownAction,
 			Message: fmt.Sprintf("block %s has no %s action", block.Name, action), Key: ik}

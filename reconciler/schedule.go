@@ -186,6 +186,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		}
 		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})
 	}
+	items, _ = place(obs, t.Name, block, items, nil, opts)
 	spec.Items = sortItems(items)
 	return spec, problems
 }

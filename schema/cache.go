@@ -146,6 +146,10 @@ func copyObject(obj any) any {
 				c.Actions[k] = a
 			}
 		}
+		if x.Detect != nil {
+			d := *x.Detect
+			c.Detect = &d
+		}
 		return &c
 	case *fleetwave.Node:
 		c := *x

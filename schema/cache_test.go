@@ -146,6 +146,7 @@ func TestSnapshotChangesDoNotReachTheCache(t *testing.T) {
 	tree["nodes/node-000001.yaml"] = []byte("kind: node\nname: node-000001\nlabels: {env: prod}\nmaintenance_windows: [nightly]\ncapabilities: [gpu]\ndata_addresses: {a: b}\n")
 	delete(tree, "nodes/node-000001.json")
 	delete(tree, "nodes/node-000001.cue")
+	tree["blocks/hand.yaml"] = []byte("kind: block\nname: hand\nactions:\n  install: {command: echo, placement: split, requires: [gpu]}\ndetect: {command: cat version, timeout: 5s}\n")
 	v := newValidator(t)
 	first, err := v.Load(tree)
 	if err != nil {

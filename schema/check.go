@@ -247,6 +247,20 @@ func (c *fileChecker) selectorAt(base []any, s *fleetwave.Selector) {
 	}
 }
 
+// requires checks the requirements of a block action: a capability name,
+// or "address:<name>" for a data address; neither may be empty.
+func (c *fileChecker) requires(sel []any, reqs []string) {
+	for i, r := range reqs {
+		name, addr := strings.CutPrefix(r, fleetwave.RequireAddressPrefix)
+		switch {
+		case strings.TrimSpace(r) == "":
+			c.errorf(append(slices.Clone(sel), i), "empty requirement, expected a capability or %q followed by a data address name", fleetwave.RequireAddressPrefix)
+		case addr && strings.TrimSpace(name) == "":
+			c.errorf(append(slices.Clone(sel), i), "requirement %q names no data address, expected %q followed by its name", r, fleetwave.RequireAddressPrefix)
+		}
+	}
+}
+
 // checkObject runs the Go checks the CUE schema does not express cleanly
 // (durations, cron, time zones, label syntax, names used as map keys) and
 // fills the parsed durations.
@@ -306,7 +320,11 @@ func checkObject(p string, data cue.Value, obj any) []fleetwave.FileError {
 			sel := fld("actions", name)
 			c.name(sel, "action name", name)
 			a.Timeout = c.duration(append(slices.Clone(sel), "timeout"), a.TimeoutText, true)
+			c.requires(append(slices.Clone(sel), "requires"), a.Requires)
 			o.Actions[name] = a
+		}
+		if o.Detect != nil {
+			o.Detect.Timeout = c.duration(fld("detect", "timeout"), o.Detect.TimeoutText, true)
 		}
 		if o.ConfigSchema != "" {
 			if _, err := compileConfigSchema(o.ConfigSchema); err != nil {

@@ -119,7 +119,9 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 			windows(fld("maintenance_windows"), x.MaintenanceWindows)
 			organization(c, fld("organization"), x.Organization)
 		case *fleetwave.RolloutRequest:
-			if t := brc(x.BRC); t != nil && x.ActionName != "" {
+			// takeover needs no action of the block: the agent's built-in
+			// takeover records the instance as fleetwave's
+			if t := brc(x.BRC); t != nil && x.ActionName != "" && x.ActionName != fleetwave.ActionTakeover {
 				if b := snap.Blocks[t.BlockName]; b != nil {
 					if _, ok := b.Actions[x.ActionName]; !ok {
 						c.errorf(fld("action_name"), "block %q has no action %q, expected one of %v", b.Name, x.ActionName, slices.Sorted(maps.Keys(b.Actions)))

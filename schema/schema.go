@@ -498,6 +498,14 @@ func friendlier(msg, found string) string {
 			return fmt.Sprintf("found %s (%s), expected %s", m[1], m[3], m[4])
 		case m[2]:
 			return fmt.Sprintf("found %s (%s), expected %s", m[2], m[4], m[3])
+		case "a struct", "a list":
+			// a composite value is not quoted: name its kind only
+			switch kind := strings.TrimPrefix(found, "a "); kind {
+			case m[3]:
+				return fmt.Sprintf("found %s, expected %s", found, m[4])
+			case m[4]:
+				return fmt.Sprintf("found %s, expected %s", found, m[3])
+			}
 		}
 	}
 	if v, ok := strings.CutSuffix(msg, " "+nameBound); ok && strings.HasPrefix(v, "invalid value ") {

@@ -160,6 +160,9 @@ func initCmd(stdout io.Writer) *cobra.Command {
 			if err := schema.Scaffold(dir); err != nil {
 				return err
 			}
+			if err := seedAgentUpgrade(dir); err != nil {
+				return err
+			}
 			author := gitsync.CommitInfo{Author: envOr("GIT_AUTHOR_NAME", "fleetwave init"), Email: envOr("GIT_AUTHOR_EMAIL", "init@fleetwave.invalid")}
 			commit, err := gitsync.InitWorktree(dir, "Scaffold fleetwave config repository", author)
 			if err != nil {
@@ -239,6 +242,7 @@ func agentCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command
 				cfg.DataAddresses[k] = v
 			}
 			cfg.Logger = newLogger(zerolog.InfoLevel, false).With().Str("node", cfg.Node).Logger()
+			cfg.SelfUpgrade = true // this process is the agent: the built-in upgrade may replace it
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}

@@ -1,10 +1,12 @@
 -- complete: the results of agents, in a batch. ARGV[4] backoff base ms,
 -- [5] backoff max ms, [6] delivery grace ms, [7] default action timeout
--- ms, [8] scan limit, [9] result count n, then 12 fields per result: node,
+-- ms, [8] scan limit, [9] result count n, then 13 fields per result: node,
 -- attempt id, attempt fence, class, exit code, jitter, observed instance
 -- json ("" = none), its updated_at (agent ms), its generation (-1 = no
 -- instance reported), its version, its state, the tail of the command's
--- output (redacted by the agent; kept on the item for a failure).
+-- output (redacted by the agent; kept on the item for a failure), the
+-- reason of a permanent result (permanent_failure unless the agent named a
+-- known one).
 -- Each result is checked against its attempt and item on its own, in
 -- order, exactly as if it came alone. Health gate: a success counts as
 -- done only when the instance the agent reports agrees with the item: its
@@ -79,7 +81,7 @@ local function result(b)
     transient(it, BASE, MAXB, tonumber(ARGV[b + 6]))
     redis.call('HSET', k_i(it.id), 'output', ARGV[b + 12])
   else
-    finish(it, 'blocked', 'permanent_failure', 'last_class', 'permanent', 'output', ARGV[b + 12])
+    finish(it, 'blocked', ARGV[b + 13], 'last_class', 'permanent', 'output', ARGV[b + 12])
   end
   if class == 'lost' and it.one_shot ~= '1' then
     redis.call('HSET', k_i(it.id), 'last_class', 'lost')
@@ -96,7 +98,7 @@ GATHER = { dl = {}, lf = {} }
 for i = 0, n - 1 do
   -- a result that breaks (corrupt data) fails alone: what it wrote before
   -- the error stays (Redis does not roll a script back), the others go on
-  local ok, st = pcall(result, 9 + i * 12)
+  local ok, st = pcall(result, 9 + i * 13)
   if not ok then
     st = 'error: ' .. tostring(st)
   end
