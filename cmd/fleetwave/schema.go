@@ -30,7 +30,20 @@ func schemaCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	export.Flags().BoolVar(&jsonSchema, "jsonschema", false, "JSON Schema output")
-	cmd.AddCommand(export)
+	reference := &cobra.Command{
+		Use:   "reference",
+		Short: "Print the reference of every file kind and field (Markdown, as in " + schema.ReferenceFile + ")",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			doc, err := schema.Reference()
+			if err != nil {
+				return err
+			}
+			_, err = stdout.Write(doc)
+			return err
+		},
+	}
+	cmd.AddCommand(export, reference)
 	return cmd
 }
 
