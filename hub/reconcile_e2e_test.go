@@ -125,6 +125,11 @@ selector: match_labels: tier: "web"
 			"block_config_template: \"replicas: {% if node.labels.tier == 'batch' %}9{% else %}2{% endif %}\"\n"
 		remote := gittest.NewRemote(t, files)
 		f := startFleet(t, remote, "unix://"+redistest.Start(t).Addr, nodes)
+		// the agents report one by one: nodes that report later join db-g1
+		waitUntil(t, "db-g1 completed with its three items", func() bool {
+			r, _, err := f.hub.Engine().Rollout(context.Background(), "db-g1")
+			return err == nil && r.Status == fleetwave.RolloutCompleted && r.Counters.Total == 3
+		})
 		r, items := f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
 		if r.Counters.Done != 2 || r.Counters.Failed != 1 {
 			t.Fatalf("db-g1 counters %+v, want 2 done and 1 blocked", r.Counters)
