@@ -734,7 +734,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
 				Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
 		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
-			s.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Dur("timeout", s.bodyTimeout).Msg("request body too slow")
+			s.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Int64("timeout_ms", s.bodyTimeout.Milliseconds()).Msg("request body too slow")
 			return nil, &Error{Status: http.StatusRequestTimeout, Code: "body_timeout",
 				Message: fmt.Sprintf("request body not received within %s", s.bodyTimeout)}
 		}

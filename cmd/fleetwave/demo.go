@@ -210,7 +210,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 				StateDir:       filepath.Join(dir, "agents", n, "state"),
 				PollWait:       5 * time.Second,
 				ReportInterval: 30 * time.Second,
-				Logger:         log.With().Str("node", n).Logger(),
+				Logger:         log, // the agent names its node on each line
 			})
 			if err != nil && runCtx.Err() == nil {
 				log.Error().Err(err).Str("node", n).Msg("agent stopped")

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -235,4 +237,96 @@ func TestSchemaExportAndGenFleet(t *testing.T) {
 	if code := run(context.Background(), []string{"validate", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "50 nodes") {
 		t.Fatalf("validate generated fleet: exit %d %s", code, out.String())
 	}
+}
+
+// TestDemoLogsAreJSONWithEachKeyOnce: with --log-format json, every line a
+// demo run writes (hub, engine, git, agents) is one JSON object in which
+// no key appears twice, so `jq` reads one change through the system.
+func TestDemoLogsAreJSONWithEachKeyOnce(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--dir", dir, "--for", "3m", "--log-level", "info", "--log-format", "json"}, &stdout, &stderr)
+	}()
+	remote := filepath.Join(dir, "remote.git")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		doc := gitOut(t, "-C", remote, "show", "fleetwave/status:status/rollouts/operator-rollout-g1.yaml")
+		if strings.Contains(doc, "status: completed") {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("demo exited early with %d\nstderr:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operator-rollout-g1 did not complete in time\nstderr:\n%s", stderr.String())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) < 20 {
+		t.Fatalf("only %d log lines", len(lines))
+	}
+	for i, line := range lines {
+		if dup, err := duplicateKey(line); err != nil || dup != "" {
+			t.Fatalf("line %d is not one JSON object with each key once (duplicate %q, %v):\n%s", i+1, dup, err, line)
+		}
+	}
+}
+
+// duplicateKey returns the first key that appears twice in one object of
+// the JSON document line ("" for none), reading it token by token.
+func duplicateKey(line string) (string, error) {
+	dec := json.NewDecoder(strings.NewReader(line))
+	var walk func() (string, error)
+	walk = func() (string, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return "", err
+				}
+				key := k.(string)
+				if seen[key] {
+					return key, nil
+				}
+				seen[key] = true
+				if dup, err := walk(); err != nil || dup != "" {
+					return dup, err
+				}
+			}
+			_, err = dec.Token()
+			return "", err
+		case json.Delim('['):
+			for dec.More() {
+				if dup, err := walk(); err != nil || dup != "" {
+					return dup, err
+				}
+			}
+			_, err = dec.Token()
+			return "", err
+		}
+		return "", nil
+	}
+	if !strings.HasPrefix(line, "{") {
+		return "", fmt.Errorf("not a JSON object")
+	}
+	dup, err := walk()
+	if err == nil && dec.More() {
+		err = fmt.Errorf("data after the object")
+	}
+	return dup, err
 }

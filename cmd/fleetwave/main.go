@@ -71,8 +71,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	var logLevel string
+	var logLevel, logFormat string
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log level: debug, info, warn, error (default info; warn for demo)")
+	root.PersistentFlags().StringVar(&logFormat, "log-format", "", "log format: json (one object per line) or console (default: json, console for demo)")
 	newLogger := func(def zerolog.Level, console bool) zerolog.Logger {
 		lvl := def
 		if logLevel != "" {
@@ -81,6 +82,12 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			}
 		}
 		var w io.Writer = stderr
+		switch logFormat {
+		case "json":
+			console = false
+		case "console":
+			console = true
+		}
 		if console {
 			// colours only for a terminal: a file or a pipe gets plain text
 			w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}
@@ -211,7 +218,7 @@ func serveCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "hub configuration file")
-	cmd.Flags().StringVar(&redisMode, "redis", "", "redis: managed (default), embedded, or a redis:// URL")
+	cmd.Flags().StringVar(&redisMode, "redis", "", "redis: managed (default), embedded, a redis:// URL, redis-sentinel://h:p,h:p/MASTER or redis-cluster://h:p,h:p (or the hub.yaml mapping)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (overrides the config)")
 	return cmd
 }
@@ -241,7 +248,7 @@ func agentCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command
 				}
 				cfg.DataAddresses[k] = v
 			}
-			cfg.Logger = newLogger(zerolog.InfoLevel, false).With().Str("node", cfg.Node).Logger()
+			cfg.Logger = newLogger(zerolog.InfoLevel, false) // the agent names its node on each line
 			cfg.SelfUpgrade = true // this process is the agent: the built-in upgrade may replace it
 			return agent.Run(cmd.Context(), cfg)
 		},
