@@ -249,7 +249,7 @@ func agentCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command
 				cfg.DataAddresses[k] = v
 			}
 			cfg.Logger = newLogger(zerolog.InfoLevel, false) // the agent names its node on each line
-			cfg.SelfUpgrade = true // this process is the agent: the built-in upgrade may replace it
+			cfg.SelfUpgrade = true                           // this process is the agent: the built-in upgrade may replace it
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}
