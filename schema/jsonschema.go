@@ -69,6 +69,14 @@ func ExportJSONSchema() ([]byte, error) {
 		defs[k] = doc
 		oneOf = append(oneOf, map[string]any{"$ref": "#/$defs/" + k})
 	}
+	// The label rules fleetwave checks in Go (CheckLabels), as keywords
+	// editors apply too.
+	if l, ok := defs["Labels"].(map[string]any); ok {
+		part := fmt.Sprintf(`[A-Za-z0-9]([-A-Za-z0-9_.]{0,%d}[A-Za-z0-9])?`, maxLabelLen-2)
+		l["maxProperties"] = maxLabels
+		l["propertyNames"] = map[string]any{"pattern": `^(` + strings.Trim(dnsPrefixRE.String(), "^$") + `/)?` + part + `$`}
+		l["additionalProperties"] = map[string]any{"type": "string", "pattern": `^` + part + `$`}
+	}
 	out := map[string]any{
 		"$schema":     "https://json-schema.org/draft/2020-12/schema",
 		"$id":         JSONSchemaID,

@@ -3,6 +3,7 @@ package schema
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -64,6 +65,29 @@ func TestReferenceCoversEveryField(t *testing.T) {
 		}
 		if rows != len(props) {
 			t.Errorf("%s: %d top-level fields in the reference, %d in the JSON Schema", def, rows, len(props))
+		}
+	}
+}
+
+// TestJSONSchemaLabelKeywordsAgreeWithCheckLabels: the label limits the
+// JSON Schema states as keywords (maxProperties, the key and value
+// patterns) accept and refuse what CheckLabels does.
+func TestJSONSchemaLabelKeywordsAgreeWithCheckLabels(t *testing.T) {
+	labels := exportedSchema(t)["$defs"].(map[string]any)["Labels"].(map[string]any)
+	if labels["maxProperties"] != float64(maxLabels) {
+		t.Fatalf("maxProperties %v, want %d", labels["maxProperties"], maxLabels)
+	}
+	keyRE := regexp.MustCompile(labels["propertyNames"].(map[string]any)["pattern"].(string))
+	valueRE := regexp.MustCompile(labels["additionalProperties"].(map[string]any)["pattern"].(string))
+	for _, s := range []string{"a", "tier", "A-b_c.d", "x1", strings.Repeat("a", 63), strings.Repeat("a", 64), "", "-a", "a-", "a b",
+		"example.com/tier", "a.b.c/x", "Example.com/x", "example/x", "example.com/", "/x", "é", "a/b/c"} {
+		if got, want := keyRE.MatchString(s), labelKeyProblem(s) == ""; got != want {
+			t.Errorf("key %q: JSON Schema accepts %v, CheckLabels %v", s, got, want)
+		}
+		if !strings.Contains(s, "/") {
+			if got, want := valueRE.MatchString(s), labelValueProblem(s) == ""; got != want {
+				t.Errorf("value %q: JSON Schema accepts %v, CheckLabels %v", s, got, want)
+			}
 		}
 	}
 }
