@@ -392,38 +392,6 @@ func itemKey(it fleetwave.ItemSpec) string {
 	return strings.Join([]string{it.Node, it.Block, it.Action, it.TargetVersion, it.ConfigHash}, "\x00")
 }
 
-// loadAt reads commit from the object store and validates it as a whole:
-// a snapshot with its generations, or the commit's validation errors
-// (refused files included), or an error when it cannot be read at all.
-// The hub's sync and `fleetwave plan` both load commits through it.
-func loadAt(ctx context.Context, repo *gitsync.Repo, v *schema.Validator, commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
-	files, refused, err := repo.Files(ctx, commit)
-	if err != nil {
-		return nil, nil, err
-	}
-	snap, err := v.Load(files)
-	var verr *fleetwave.ValidationError
-	if err != nil && !errors.As(err, &verr) {
-		return nil, nil, err
-	}
-	if len(refused) > 0 {
-		if verr == nil {
-			verr = &fleetwave.ValidationError{}
-		}
-		verr.Errors = append(verr.Errors, refused...)
-		verr.Sort()
-	}
-	if verr != nil {
-		return nil, verr, nil
-	}
-	gens, err := repo.Generations(ctx, commit)
-	if err != nil {
-		return nil, nil, err
-	}
-	snap.Commit, snap.Generations = commit, gens
-	return snap, nil, nil
-}
-
 func objectChanges(base, head *fleetwave.Snapshot) []ObjectChange {
 	out := []ObjectChange{}
 	for key, o := range head.Objects {

@@ -1,0 +1,135 @@
+package hub
+
+// The sync loop: following the config repository's tracked branch and
+// turning a new commit into the snapshot in force (or its validation
+// errors). `fleetwave plan` loads commits through loadAt too.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/schema"
+)
+
+// syncStep fetches the tracked branch and, for a new commit that is not a
+// status-only one, validates it into the snapshot in force.
+func (h *Hub) syncStep(ctx context.Context) {
+	if h.currentFence() == 0 {
+		return
+	}
+	start := time.Now()
+	head, _, err := h.repo.Fetch(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch")
+			h.setSync(func(s *fleetwave.SyncState) { s.Result, s.Message = "error", redactCause(err.Error()) })
+		}
+		return
+	}
+	h.mu.Lock()
+	last := h.lastSeen
+	h.mu.Unlock()
+	if head == last {
+		return
+	}
+	log := h.log.With().Str("commit", head).Logger()
+	if last != "" {
+		if only, err := h.repo.StatusOnly(ctx, last, head); err == nil && only {
+			h.mu.Lock()
+			h.lastSeen = head
+			h.mu.Unlock()
+			log.Debug().Msg("status-only commit: nothing to reconcile")
+			return
+		}
+	}
+	snap, verr, err := loadAt(ctx, h.repo, h.validator, head)
+	if err != nil {
+		log.Warn().Err(err).Msg("read or validate commit")
+		return
+	}
+	h.mu.Lock()
+	applied := h.sync.Applied
+	if applied == "" {
+		applied = h.statusApplied // what the status in Git says was in force
+	}
+	h.mu.Unlock()
+	if serrs := h.checkSigners(ctx, applied, head); len(serrs) > 0 {
+		if verr == nil {
+			verr = &fleetwave.ValidationError{}
+		}
+		verr.Errors = append(verr.Errors, serrs...)
+		verr.Sort()
+	}
+	if verr != nil {
+		h.mu.Lock()
+		h.lastSeen = head
+		h.mu.Unlock()
+		for _, fe := range verr.Errors {
+			log.Warn().Str("error", fe.Error()).Msg("commit rejected")
+		}
+		h.metrics.rejectedCommits.Inc()
+		h.setSync(func(s *fleetwave.SyncState) {
+			s.Commit, s.Result, s.Errors, s.Message, s.At = head, "rejected", verr.Errors, "", h.clock.Now().UTC()
+		})
+		return
+	}
+	h.mu.Lock()
+	h.snapshot, h.lastSeen = snap, head
+	h.mu.Unlock()
+	if fence := h.currentFence(); fence > 0 {
+		h.loadGitRecords(ctx, fence)
+		h.processApprovalCommits(ctx, fence, snap, head)
+	}
+	h.setSync(func(s *fleetwave.SyncState) {
+		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
+	})
+	h.metrics.syncSeconds.Observe(time.Since(start).Seconds())
+	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("snapshot applied")
+	h.kick(h.reconcileNow)
+}
+
+func (h *Hub) setSync(f func(*fleetwave.SyncState)) {
+	h.mu.Lock()
+	before := h.sync
+	f(&h.sync)
+	if h.sync.Result != before.Result || h.sync.Commit != before.Commit || h.sync.Message != before.Message || len(h.sync.Errors) != len(before.Errors) {
+		h.syncGen++
+	}
+	h.mu.Unlock()
+	h.kick(h.statusNow)
+}
+
+// loadAt reads commit from the object store and validates it as a whole:
+// a snapshot with its generations, or the commit's validation errors
+// (refused files included), or an error when it cannot be read at all.
+// The hub's sync and `fleetwave plan` both load commits through it.
+func loadAt(ctx context.Context, repo *gitsync.Repo, v *schema.Validator, commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
+	files, refused, err := repo.Files(ctx, commit)
+	if err != nil {
+		return nil, nil, err
+	}
+	snap, err := v.Load(files)
+	var verr *fleetwave.ValidationError
+	if err != nil && !errors.As(err, &verr) {
+		return nil, nil, err
+	}
+	if len(refused) > 0 {
+		if verr == nil {
+			verr = &fleetwave.ValidationError{}
+		}
+		verr.Errors = append(verr.Errors, refused...)
+		verr.Sort()
+	}
+	if verr != nil {
+		return nil, verr, nil
+	}
+	gens, err := repo.Generations(ctx, commit)
+	if err != nil {
+		return nil, nil, err
+	}
+	snap.Commit, snap.Generations = commit, gens
+	return snap, nil, nil
+}
