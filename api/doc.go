@@ -19,7 +19,8 @@
 //	                         an unknown field (named), a wrong type (the field
 //	                         path named), data after the object
 //	invalid_report (400)     a report field out of its domain or limits
-//	invalid_result (400)     a result field out of its domain or limits
+//	invalid_result (400)     a result field out of its domain or limits; 422
+//	                         when the hub does not accept a valid class (lost)
 //	attempt_mismatch (400)   a result's attempt_id differs from the path's
 //	invalid_query (400)      a bad query parameter (wait, limit, cursor, state; a
 //	                         build's version, os, arch)
@@ -78,9 +79,11 @@
 // or data address name is empty. received_at is set by the hub.
 //
 // Results are refused with invalid_result when attempt_id is missing, fence
-// is negative, class is not success, transient, permanent or lost (an
-// agent that restarted in the middle of an attempt says lost: a one-shot
-// item is then blocked ambiguous, another retried), output is longer than MaxOutputLen bytes, or the instance
+// is negative, class is not success, transient, permanent or lost (the hub
+// refuses lost with 422: the command of an agent that restarted may still
+// run, so the hub counts the attempt lost itself, at its deadline), a
+// reason is given to another class than permanent or is not one of
+// fleetwave.PermanentReasons, output is longer than MaxOutputLen bytes, or the instance
 // breaks the rules of a report's instance; with attempt_mismatch when
 // attempt_id differs from the path. An attempt of another node is 403
 // forbidden whatever the body: before refusing a body's content, the API

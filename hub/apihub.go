@@ -65,7 +65,7 @@ func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration)
 // CompleteAttempt applies an attempt's result.
 func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.AttemptResult) error {
 	switch res.Class {
-	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent, fleetwave.ResultLost:
+	case fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent:
 	default:
 		// The engine refuses other classes before it looks the attempt up;
 		// ownership is answered first, so that a node learns nothing of
@@ -74,8 +74,19 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 			return err
 		}
 		h.log.Warn().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).Msg("attempt result refused")
+		if res.Class == fleetwave.ResultLost {
+			// An agent sends lost for an attempt it was running when it
+			// stopped. Its command may still run, orphaned: counting the
+			// attempt lost now would free its place under max_concurrent
+			// while it runs. The hub counts it lost at its deadline (the
+			// item then waits for a report); a 4xx tells the agent to drop
+			// its result.
+			return &api.Error{Status: http.StatusUnprocessableEntity, Code: "invalid_result",
+				Message: "class: lost is not accepted; the hub counts an attempt lost itself, at its deadline",
+				Details: map[string]string{"field": "class"}}
+		}
 		return &api.Error{Status: http.StatusBadRequest, Code: "invalid_result",
-			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient, permanent or lost",
+			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient or permanent",
 			Details: map[string]string{"field": "class"}}
 	}
 	if err := h.metrics.countResult(res, h.eng.Complete(ctx, node, res)); err != nil {
