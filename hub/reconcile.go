@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"path/filepath"
 	"sort"
 	"time"
@@ -324,7 +325,7 @@ func (h *Hub) manualRequests(ctx context.Context, fence int64, snap *fleetwave.S
 		return
 	}
 	h.mu.Lock()
-	inGit := h.gitRequests
+	inGit := maps.Clone(h.gitRequests) // written under mu by status commits meanwhile
 	h.mu.Unlock()
 	waiting := map[string]string{}
 	for _, name := range sortedKeys(snap.Rollouts) {
