@@ -118,7 +118,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		return
 	}
 	specs, gated := h.gate(snap, plan.Rollouts, approvals)
-	specs = h.quiescent(ctx, snap, specs)
+	specs = h.quiescent(ctx, snap, specs, observedAt)
 	specs = append(specs, h.dueSchedules(ctx, fence, snap, obs, observedAt, opts)...)
 	for _, spec := range specs {
 		if spec.Source.Actor == "" {
@@ -199,10 +199,12 @@ type genSeen struct {
 // a burst of commits to one BRC becomes one rollout (of the last
 // generation). The others wait, with reason quiescence in status until the
 // time they may start. A hub that restarts counts the wait again from its
-// start: it may start later, never twice.
-func (h *Hub) quiescent(ctx context.Context, snap *fleetwave.Snapshot, specs []fleetwave.RolloutSpec) []fleetwave.RolloutSpec {
+// start: it may start later, never twice. now is when the plan's
+// observations were read, so a rollout whose wait ended is planned from
+// every node that had reported by then (not from a read that preceded the
+// end of its wait).
+func (h *Hub) quiescent(ctx context.Context, snap *fleetwave.Snapshot, specs []fleetwave.RolloutSpec, now time.Time) []fleetwave.RolloutSpec {
 	var known map[fleetwave.ObjectKey]int64
-	now := h.clock.Now()
 	out := make([]fleetwave.RolloutSpec, 0, len(specs))
 	waiting := map[string]time.Time{}
 	h.mu.Lock()
