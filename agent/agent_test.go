@@ -46,6 +46,8 @@ type testHub struct {
 	// wantReport answers that many polls asking for a full report.
 	wantReport   int
 	registerHits int
+	// polls counts the long polls in progress (server side).
+	polls int
 }
 
 func newTestHub() *testHub {
@@ -98,9 +100,17 @@ func (h *testHub) enqueue(atts ...fleetwave.Attempt) {
 func (h *testHub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	h.mu.Lock()
+	h.polls++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.polls--
+		h.mu.Unlock()
+	}()
 	for {
 		h.mu.Lock()
-		if len(h.queue) > 0 {
+		if len(h.queue) > 0 && ctx.Err() == nil {
 			atts := h.queue
 			h.queue = nil
 			h.mu.Unlock()
@@ -209,6 +219,21 @@ func (h *harness) start(t *testing.T) (stop func() error) {
 			case err = <-errc:
 			case <-time.After(waitLimit):
 				err = errors.New("Run did not return after cancel")
+			}
+			// The server ends a cancelled long poll once it sees the
+			// connection closed, which takes a while on a loaded machine:
+			// until then an attempt queued for the next agent could be
+			// handed to the gone one. Wait for it.
+			for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				h.hub.mu.Lock()
+				polls := h.hub.polls
+				h.hub.mu.Unlock()
+				if polls == 0 {
+					return
+				}
+			}
+			if err == nil {
+				err = errors.New("a long poll of the stopped agent is still open on the server")
 			}
 		})
 		return err

@@ -585,7 +585,7 @@ func TestUnsignedChangesAreRefusedWhenSignaturesAreRequired(t *testing.T) {
 		c.Approval = hub.ApprovalConfig{RequireSignedCommits: true}
 		c.Identities = []hub.Identity{{Name: "alice", Role: "admin", TokenSHA256: hub.HashToken("tok-alice"), Keys: []string{alice.pub}}}
 	})
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	unsigned := gittest.Push(t, remote, map[string]string{"brc/db.cue": dbBRC("2")}, nil, "db 2, unsigned")
 	waitFile(t, remote, "status/summary.yaml", func(s string) bool {
 		return strings.Contains(s, "result: rejected") && strings.Contains(s, unsigned[:12]) && strings.Contains(s, "which is not signed")

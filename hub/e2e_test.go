@@ -198,10 +198,11 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 }
 
 type runningFleet struct {
-	hub  *hub.Hub
-	dir  string
-	logs *lockedBuffer // every log line of the hub and the agents
-	stop func()
+	hub    *hub.Hub
+	dir    string
+	logs   *lockedBuffer // every log line of the hub and the agents
+	stop   func()
+	agents int // how many agents the fleet runs
 }
 
 // lockedBuffer collects log lines from many goroutines.
@@ -289,7 +290,7 @@ func startFleetCfg(t *testing.T, remote, redisURL string, nodes []string, clk cl
 			}
 		})
 	}
-	f := &runningFleet{hub: h, dir: dir, logs: logs}
+	f := &runningFleet{hub: h, dir: dir, logs: logs, agents: len(nodes)}
 	f.stop = func() { cancel(); wg.Wait(); h.Close() }
 	t.Cleanup(f.stop)
 	return f
@@ -305,6 +306,25 @@ func (f *runningFleet) waitRollout(t *testing.T, id string, want fleetwave.Rollo
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("rollout %s: status %q (err %v), want %q; items %+v", id, r.Status, err, want, items)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitEveryAgent waits until rollout id is completed with an item for
+// every agent of the fleet. A rollout completes as soon as the nodes
+// that had reported when it was planned are done; agents whose first
+// report came later join it as a later wave, and it completes again.
+func (f *runningFleet) waitEveryAgent(t *testing.T, id string) (fleetwave.Rollout, []fleetwave.Item) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, items, err := f.hub.Engine().Rollout(context.Background(), id)
+		if err == nil && r.Status == fleetwave.RolloutCompleted && len(items) >= f.agents {
+			return r, items
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollout %s: status %q (err %v) with %d items, want completed with one per agent (%d); items %+v", id, r.Status, err, len(items), f.agents, items)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -71,7 +71,7 @@ func TestHumanPushesAreNeverLostWhileTheHubWritesStatus(t *testing.T) {
 	remote := gittest.NewRemote(t, dbFleet())
 	// status on the branch people push to: where the races are
 	f := startFleetCfg(t, remote, "embedded", []string{"n1", "n2", "n3"}, nil, func(c *hub.Config) { c.Repo.StatusBranch = "main" })
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	var wg sync.WaitGroup
 	const pushers, each = 3, 4
 	for p := range pushers {
@@ -117,7 +117,7 @@ func TestTotalRedisLoss(t *testing.T) {
 	srv := redistest.Start(t)
 	remote := gittest.NewRemote(t, dbFleet())
 	f := startFleet(t, remote, "unix://"+srv.Addr, []string{"n1", "n2", "n3"})
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	waitFile(t, remote, "status/rollouts/db-g1.yaml", func(s string) bool { return strings.Contains(s, "status: completed") })
 	before := lastFence(t, remote)
 
@@ -162,7 +162,7 @@ func TestStatusBranch(t *testing.T) {
 	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	remote := gittest.NewRemote(t, dbFleet())
 	f := startFleetCfg(t, remote, "embedded", []string{"n1", "n2", "n3"}, nil, func(c *hub.Config) { c.Repo.StatusBranch = "fleetwave-status" })
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	bare := strings.TrimPrefix(remote, "file://")
 	deadline := time.Now().Add(30 * time.Second)
 	show := func() string {

@@ -240,7 +240,7 @@ func TestAManualRequestRunsOnceAcrossATotalLossOfRedis(t *testing.T) {
 	f := startFleetCfg(t, remote, "managed", nodes, nil, func(c *hub.Config) {
 		c.ReconcileInterval = hub.Duration(300 * time.Millisecond)
 	})
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	gittest.Push(t, remote, map[string]string{"rollouts/backup-now.cue": `kind: "rollout"
 name: "backup-now"
 brc: "db"
@@ -320,7 +320,7 @@ func TestARequestLostMidwayWithRedisIsClosedNotRunAgain(t *testing.T) {
 	f := startFleetCfg(t, remote, "unix://"+srv.Addr, nodes, nil, func(c *hub.Config) {
 		c.ReconcileInterval = hub.Duration(300 * time.Millisecond)
 	})
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	gittest.Push(t, remote, map[string]string{"rollouts/backup-now.cue": `kind: "rollout"
 name: "backup-now"
 brc: "db"
@@ -394,7 +394,7 @@ func TestABurstOfCommitsIsOneEvent(t *testing.T) {
 		t.Fatal("db-g1 started inside its quiescence")
 	}
 	clk.Advance(quiet)
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	for _, v := range []string{"2", "3", "4"} {
 		waitQuiet(gittest.Push(t, remote, map[string]string{"brc/db.cue": brc(v)}, nil, "db "+v))
 	}

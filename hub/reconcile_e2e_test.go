@@ -51,7 +51,7 @@ func TestReconcilerRulesEndToEnd(t *testing.T) {
 	t.Run("a selector rollout pins its nodes and ignores a node labelled afterwards", func(t *testing.T) {
 		remote := gittest.NewRemote(t, dbFleet())
 		f := startFleet(t, remote, "unix://"+redistest.Start(t).Addr, nodes)
-		f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+		f.waitEveryAgent(t, "db-g1")
 		gittest.Push(t, remote, map[string]string{"rollouts/web-backup.cue": `kind: "rollout"
 name: "web-backup"
 brc: "db"
@@ -78,7 +78,7 @@ selector: match_labels: tier: "web"
 	t.Run("drain stops dispatch and lifting it resumes", func(t *testing.T) {
 		remote := gittest.NewRemote(t, dbFleet())
 		f := startFleet(t, remote, "unix://"+redistest.Start(t).Addr, nodes)
-		f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+		f.waitEveryAgent(t, "db-g1")
 		gittest.Push(t, remote, map[string]string{
 			"nodes/n2.cue": "kind: \"node\"\nname: \"n2\"\ndrain: true\nlabels: { tier: \"web\" }\n",
 			"brc/db.cue":   "kind: \"trigger\"\nname: \"db\"\nblock_name: \"db\"\ntarget_version: \"2\"\nmax_concurrent: 3\n",
@@ -130,7 +130,7 @@ selector: match_labels: tier: "web"
 			r, _, err := f.hub.Engine().Rollout(context.Background(), "db-g1")
 			return err == nil && r.Status == fleetwave.RolloutCompleted && r.Counters.Total == 3
 		})
-		r, items := f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+		r, items := f.waitEveryAgent(t, "db-g1")
 		if r.Counters.Done != 2 || r.Counters.Failed != 1 {
 			t.Fatalf("db-g1 counters %+v, want 2 done and 1 blocked", r.Counters)
 		}
@@ -201,7 +201,7 @@ timezone: "UTC"
 	backupID := "db-backup-" + clk.Now().Format("20060102") + "0300"
 	remote := gittest.NewRemote(t, files)
 	f := startFleetWith(t, remote, "unix://"+redistest.Start(t).Addr, []string{"n1", "n2", "n3"}, clk)
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	time.Sleep(300 * time.Millisecond) // reconciles at 02:58: nothing due
 	if _, _, err := f.hub.Engine().Rollout(context.Background(), backupID); err == nil {
 		t.Fatal("the schedule fired before its tick")

@@ -17,7 +17,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/hub"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 )
@@ -65,7 +64,7 @@ block_config_template: """
 	f := startFleetCfg(t, remote, "managed", []string{"n1", "n2", "n3"}, nil, func(c *hub.Config) {
 		c.Identities = []hub.Identity{{Name: "vera", Role: "viewer", TokenSHA256: hub.HashToken(viewerToken)}}
 	})
-	f.waitRollout(t, "db-g1", fleetwave.RolloutCompleted)
+	f.waitEveryAgent(t, "db-g1")
 	waitFile(t, remote, "status/rollouts/db-g1.yaml", func(s string) bool { return strings.Contains(s, "status: completed") })
 
 	// The agents received the values, never a marker, wherever the
