@@ -107,7 +107,7 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleet
 			continue
 		}
 		if a.Deadline.UnixMilli() <= now {
-			if _, _, err := e.run(ctx, "undeliver", "", now, a.ID); err != nil {
+			if _, _, err := e.run(ctx, "undeliver", "", now, undeliverRecord.append(nil, undeliverArgs{Attempt: a.ID})...); err != nil {
 				e.log.Warn().Err(err).Str("node", node).Str("attempt", a.ID).
 					Msg("attempt past its deadline not delivered, nor marked undelivered: it will count as lost")
 				continue
@@ -213,7 +213,7 @@ const completeBatch = 256
 
 // completion is one Complete in the group-commit queue.
 type completion struct {
-	args []any // the result's resultFields script fields (resultArgs)
+	args resultArg // the result as complete.lua reads it (resultArgs)
 	err  error
 	lead bool          // set before done is signalled: run the queue next
 	done chan struct{} // capacity 1: committed (or failed), or lead
@@ -260,11 +260,11 @@ func (e *Engine) leadCompletions(ctx context.Context, own *completion) {
 // runCompletions commits one group with complete.lua and sets each
 // result's error.
 func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
-	args := make([]any, 0, 6+resultFields*len(batch))
-	args = append(args, e.base.Milliseconds(), e.max.Milliseconds(), e.grace.Milliseconds(),
-		DefaultActionTimeout.Milliseconds(), batchLimit, len(batch))
+	args := completeHeadRecord.append(make([]any, 0, len(completeHeadRecord.names)+len(resultRecord.names)*len(batch)),
+		completeHead{BackoffBase: e.base.Milliseconds(), BackoffMax: e.max.Milliseconds(), Grace: e.grace.Milliseconds(),
+			DefTimeout: DefaultActionTimeout.Milliseconds(), Limit: batchLimit, Results: len(batch)})
 	for _, c := range batch {
-		args = append(args, c.args...)
+		args = resultRecord.append(args, c.args)
 	}
 	status, rest, err := e.run(ctx, "complete", "", e.nowMS(), args...)
 	if err == nil && (status != "ok" || len(rest) < 4) {
@@ -296,7 +296,7 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 	}
 	e.logEvents(rest[2])
 	for i, c := range batch {
-		aid := c.args[1]
+		aid := c.args.Attempt
 		switch asString(statuses[i]) {
 		case "ok":
 		case "unknown_attempt":
@@ -309,7 +309,7 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 			st := asString(statuses[i])
 			if msg, ok := strings.CutPrefix(st, "error: "); ok {
 				c.err = fmt.Errorf("complete attempt %s: %s", aid, msg)
-				e.log.Error().Str("attempt", asString(aid)).Str("error", msg).Msg("result failed in the complete script")
+				e.log.Error().Str("attempt", aid).Str("error", msg).Msg("result failed in the complete script")
 			} else {
 				c.err = fmt.Errorf("complete: unexpected status %q", st)
 			}
@@ -350,13 +350,15 @@ func (e *Engine) Report(ctx context.Context, r fleetwave.Report) error {
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}
-	args := []any{r.Node, string(hb), r.SentAt.UnixMilli(), len(r.Instances)}
+	args := reportHeadRecord.append(make([]any, 0, len(reportHeadRecord.names)+len(instanceRecord.names)*len(r.Instances)),
+		reportHead{Node: r.Node, Report: string(hb), SentAt: r.SentAt.UnixMilli(), Instances: len(r.Instances)})
 	for _, in := range r.Instances {
 		ib, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("encode instance %s: %w", in.Block, err)
 		}
-		args = append(args, in.Block, in.Generation, in.ConfigHash, string(in.State), in.Version, string(ib))
+		args = instanceRecord.append(args, instanceArg{Block: in.Block, Generation: in.Generation,
+			ConfigHash: in.ConfigHash, State: string(in.State), Version: in.Version, JSON: string(ib)})
 	}
 	status, rest, err := e.run(ctx, "report", "", now, args...)
 	if err != nil {
@@ -381,29 +383,20 @@ func permanentReason(res fleetwave.AttemptResult) string {
 	return "permanent_failure"
 }
 
-// resultFields is the number of script fields of one result in
-// complete.lua's ARGV; resultArgs writes them, in its order.
-const resultFields = 13
-
-// resultArgs is one result as complete.lua reads it: node, attempt id,
-// fence, class, exit code, jitter, the observed instance (json, its
-// updated_at in ms, generation, version, state; "", 0, -1, "", "" when the
-// result carries none or is not a success), the output tail and the
-// reason of a permanent result.
-func resultArgs(node string, res fleetwave.AttemptResult, jitter float64) ([]any, error) {
-	inst, instAt, instGen, instVer, instState := "", int64(0), int64(-1), "", ""
+// resultArgs is one result as complete.lua reads it: the observed
+// instance is left empty (generation -1) when the result carries none or is
+// not a success; the output tail and the permanent reason are outputTail's
+// and permanentReason's.
+func resultArgs(node string, res fleetwave.AttemptResult, jitter float64) (resultArg, error) {
+	a := resultArg{Node: node, Attempt: res.AttemptID, Fence: fenceArg(res.Fence), Class: string(res.Class),
+		ExitCode: res.ExitCode, Jitter: jitter, InstanceGen: -1, Output: outputTail(res), Reason: permanentReason(res)}
 	if res.Class == fleetwave.ResultSuccess && res.Instance != nil {
 		b, err := json.Marshal(res.Instance)
 		if err != nil {
-			return nil, fmt.Errorf("encode instance: %w", err)
+			return resultArg{}, fmt.Errorf("encode instance: %w", err)
 		}
-		inst, instAt, instGen = string(b), res.Instance.UpdatedAt.UnixMilli(), res.Instance.Generation
-		instVer, instState = res.Instance.Version, string(res.Instance.State)
+		a.Instance, a.InstanceAt, a.InstanceGen = string(b), max(res.Instance.UpdatedAt.UnixMilli(), 0), res.Instance.Generation
+		a.InstanceVer, a.InstanceStat = res.Instance.Version, string(res.Instance.State)
 	}
-	args := []any{node, res.AttemptID, fenceArg(res.Fence), string(res.Class), res.ExitCode,
-		jitter, inst, max(instAt, 0), instGen, instVer, instState, outputTail(res), permanentReason(res)}
-	if len(args) != resultFields {
-		panic("engine: resultArgs and resultFields disagree")
-	}
-	return args, nil
+	return a, nil
 }

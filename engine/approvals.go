@@ -49,7 +49,7 @@ func (e *Engine) SubmitApproval(ctx context.Context, fence int64, a fleetwave.Ap
 	if err != nil {
 		return fleetwave.Approval{}, fmt.Errorf("encode approval: %w", err)
 	}
-	return e.approvalStep(ctx, fence, "submit", a.ID, string(b), "")
+	return e.approvalStep(ctx, fence, approvalArgs{Op: "submit", ID: a.ID, Record: string(b)})
 }
 
 // DecideApproval records actor's decision (approved or rejected) on the
@@ -59,29 +59,30 @@ func (e *Engine) DecideApproval(ctx context.Context, fence int64, id, actor stri
 	if decision != fleetwave.ApprovalApproved && decision != fleetwave.ApprovalRejected {
 		return fleetwave.Approval{}, fmt.Errorf("decision %q: want approved or rejected", decision)
 	}
-	return e.approvalStep(ctx, fence, "decide", id, actor, string(decision))
+	return e.approvalStep(ctx, fence, approvalArgs{Op: "decide", ID: id, Actor: actor, Decision: string(decision)})
 }
 
 // ConsumeApproval records that the approved request id created rollout,
 // under fence; calling it again with the same rollout changes nothing.
 func (e *Engine) ConsumeApproval(ctx context.Context, fence int64, id, rollout string) (fleetwave.Approval, error) {
-	return e.approvalStep(ctx, fence, "consume", id, "", rollout)
+	return e.approvalStep(ctx, fence, approvalArgs{Op: "consume", ID: id, Rollout: rollout})
 }
 
 // ExpireApproval ends the pending request id as expired (its TTL passed),
 // under fence.
 func (e *Engine) ExpireApproval(ctx context.Context, fence int64, id, reason string) (fleetwave.Approval, error) {
-	return e.approvalStep(ctx, fence, "expire", id, "", reason)
+	return e.approvalStep(ctx, fence, approvalArgs{Op: "expire", ID: id, Reason: reason})
 }
 
 // StaleApproval ends a pending or approved request id whose pinned version
 // is no longer its BRC's (state stale, with reason), under fence.
 func (e *Engine) StaleApproval(ctx context.Context, fence int64, id, reason string) (fleetwave.Approval, error) {
-	return e.approvalStep(ctx, fence, "stale", id, "", reason)
+	return e.approvalStep(ctx, fence, approvalArgs{Op: "stale", ID: id, Reason: reason})
 }
 
-func (e *Engine) approvalStep(ctx context.Context, fence int64, op, id, arg6, arg7 string) (fleetwave.Approval, error) {
-	status, rest, err := e.run(ctx, "approval", fenceArg(fence), e.nowMS(), op, id, arg6, arg7)
+func (e *Engine) approvalStep(ctx context.Context, fence int64, args approvalArgs) (fleetwave.Approval, error) {
+	op, id := args.Op, args.ID
+	status, rest, err := e.run(ctx, "approval", fenceArg(fence), e.nowMS(), approvalStepRecord.append(nil, args)...)
 	if err != nil {
 		return fleetwave.Approval{}, err
 	}

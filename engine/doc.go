@@ -38,6 +38,25 @@
 // fence even to the holder, so attempts dispatched before the restart
 // carry an older fence.
 //
+// # Script arguments
+//
+// Every script receives the same KEYS (epoch, lease, version, counters) and
+// the common head ARGV[1..3] (key prefix, fence, now_ms), then its own
+// arguments as records with named fields, each defined once, as a Go
+// struct in args.go (the field order is the ARGV order; an `arg` tag names
+// each field): a head record (e.g. stepHead: delivery grace, backoff, the
+// counts of what follows), then the repeated records (the items of
+// CreateRollout, the results of a Complete group, the instances of a
+// Report, the window sets and window states). The engine prepends to each
+// script a Lua table per record it receives, generated from the struct
+// (local IF = { n = 18, node = 1, ... }), so the scripts read fields by
+// name (ARGV[b + IF.node], ARGV[SH.grace]) and stride by n; adding a field
+// is one struct field in Go and its use in Lua. A test fails on a script
+// that reads a record slot by a number, on a field no script reads, and
+// when a script reads a record back differently from how Go wrote it. The
+// only positional arguments left are the lists of one value each
+// (AckOutbox's entry ids, SetDrained's nodes, Step's jitter values).
+//
 // # Keys
 //
 // All keys start with "fw{p}:" (p is the prefix, default "fleetwave"), so
@@ -188,6 +207,14 @@
 // get an attempt each. A lane therefore never has more than max_concurrent
 // items in flight (except a split group larger than max_concurrent, which
 // runs alone in its wave).
+//
+// A lane's wave (lane_wave in lua/wave.lua) is decided in three steps:
+// the scan reads what the lane has (in flight, pending in dispatch order
+// with what decides each item: draining node, busy instance, placement;
+// the budget's room), the plan decides from the scan alone which items
+// the wave takes and why the others wait, and the apply writes it (the
+// attempts, the reasons, the rejections, the lane's wave). Nothing is
+// written before the plan is whole.
 //
 // The health gate (complete.lua, report.lua) counts a success done only
 // when the instance its agent reports shows the item in effect: generation

@@ -164,14 +164,16 @@ var scriptNames = []string{
 // its functions anew on every call.
 var waveScripts = map[string]bool{"step": true, "complete": true}
 
-// scriptSource returns script name with its prefix (lib.lua, and wave.lua
-// for waveScripts).
+// scriptSource returns script name with its prefix: the Lua tables of the
+// argument records it receives (args.go), lib.lua, and wave.lua for
+// waveScripts.
 func scriptSource(name string) string {
 	parts := []string{"lib"}
 	if waveScripts[name] {
 		parts = append(parts, "wave")
 	}
 	var b strings.Builder
+	b.WriteString(recordsPrelude(name))
 	for _, p := range append(parts, name) {
 		src, err := luaFS.ReadFile("lua/" + p + ".lua")
 		if err != nil {

@@ -112,7 +112,8 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 		on = conn
 		replicas = connectedReplicas(ctx, conn)
 	}
-	status, rest, err := e.runOn(ctx, on, "campaign", "", e.nowMS(), hub, instance, ttl.Milliseconds(), floor, flag(restart), flag(fresh))
+	status, rest, err := e.runOn(ctx, on, "campaign", "", e.nowMS(), campaignRecord.append(nil, campaignArgs{
+		Hub: hub, Instance: instance, TTLMS: ttl.Milliseconds(), Floor: floor, Restart: restart, Fresh: fresh})...)
 	if err != nil {
 		if cc, ok := e.rdb.(*redis.ClusterClient); ok {
 			cc.ReloadState(ctx) // the slot may have moved (a failover): ask again next time
@@ -172,7 +173,8 @@ func (e *Engine) Renew(ctx context.Context, owner string, fence int64, ttl time.
 	}
 	e.lmu.Unlock()
 	hub, instance := splitOwner(owner)
-	status, _, err := e.run(ctx, "renew", fenceArg(fence), e.nowMS(), hub, instance, ttl.Milliseconds(), flag(restart))
+	status, _, err := e.run(ctx, "renew", fenceArg(fence), e.nowMS(), renewRecord.append(nil, renewArgs{
+		Hub: hub, Instance: instance, TTLMS: ttl.Milliseconds(), Restart: restart})...)
 	if err != nil {
 		return err
 	}
@@ -195,7 +197,7 @@ func (e *Engine) Renew(ctx context.Context, owner string, fence int64, ttl time.
 // a higher fence.
 func (e *Engine) Resign(ctx context.Context, owner string, fence int64) error {
 	hub, instance := splitOwner(owner)
-	status, _, err := e.run(ctx, "resign", fenceArg(fence), e.nowMS(), hub, instance)
+	status, _, err := e.run(ctx, "resign", fenceArg(fence), e.nowMS(), resignRecord.append(nil, resignArgs{Hub: hub, Instance: instance})...)
 	if err != nil {
 		return err
 	}
@@ -274,11 +276,4 @@ func (e *Engine) serverRunID(ctx context.Context) string {
 		return ""
 	}
 	return infoField(info, "run_id")
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

@@ -11,9 +11,6 @@ import (
 	"github.com/fleetwave/fleetwave"
 )
 
-// itemFields is the number of script arguments per item of CreateRollout.
-const itemFields = 18
-
 // rolloutHeader is the part of a RolloutSpec create_rollout.lua reads as
 // one JSON document (cjson): named fields, not positions.
 type rolloutHeader struct {
@@ -119,10 +116,9 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 	if err != nil {
 		return "", nil, "", fmt.Errorf("encode rollout source: %w", err)
 	}
-	type wset struct{ id, def string }
-	var sets []wset
+	var sets []windowSetArg
 	seen := map[string]bool{}
-	itemArgs := make([]any, 0, itemFields*len(spec.Items))
+	itemArgs := make([]any, 0, len(itemRecord.names)*len(spec.Items))
 	for _, it := range spec.Items {
 		// what an attempt of the item carries except its id, fence and
 		// deadline: the dispatch queues it as it is (see deliveryOf)
@@ -131,10 +127,6 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 			DesiredState: it.DesiredState, ManagedBy: it.ManagedBy, Payload: it.Payload})
 		if err != nil {
 			return "", nil, "", fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
-		}
-		oneShot := "0"
-		if it.Payload.OneShot {
-			oneShot = "1"
 		}
 		wsID := ""
 		reason, blocked := it.SkipReason, ""
@@ -151,14 +143,17 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 			}
 			if id != "" && !seen[id] {
 				seen[id] = true
-				sets = append(sets, wset{id, def})
+				sets = append(sets, windowSetArg{ID: id, Def: def})
 			}
 			wsID = id
 		}
-		itemArgs = append(itemArgs, it.Node, it.Block, it.Action, it.Generation, it.TargetVersion,
-			it.ConfigHash, string(it.DesiredState), it.ManagedBy, string(it.Criticality),
-			oneShot, int64(it.Payload.TimeoutSeconds)*1000, string(payload), wsID, reason,
-			it.Group, strings.Join(it.Requires, "\n"), blocked, flag(it.Payload.Operational))
+		itemArgs = itemRecord.append(itemArgs, itemArg{Node: it.Node, Block: it.Block,
+			Action: string(it.Action), Generation: it.Generation, TargetVersion: it.TargetVersion,
+			ConfigHash: it.ConfigHash, DesiredState: string(it.DesiredState), ManagedBy: it.ManagedBy,
+			Criticality: string(it.Criticality), OneShot: it.Payload.OneShot,
+			TimeoutMS: int64(it.Payload.TimeoutSeconds) * 1000, Payload: string(payload), WindowSet: wsID,
+			Reason: reason, Group: it.Group, Requires: strings.Join(it.Requires, "\n"), Blocked: blocked,
+			Operational: it.Payload.Operational})
 	}
 	head, err := json.Marshal(rolloutHeader{
 		Base: spec.BaseID, Source: string(src), Object: string(spec.Source.Object),
@@ -172,10 +167,10 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 	if err != nil {
 		return "", nil, "", fmt.Errorf("encode rollout header: %w", err)
 	}
-	args := make([]any, 0, 2+2*len(sets)+len(itemArgs))
-	args = append(args, string(head), len(sets))
+	args := createHeadRecord.append(make([]any, 0, 2+2*len(sets)+len(itemArgs)),
+		createHead{Header: string(head), WindowSets: len(sets)})
 	for _, ws := range sets {
-		args = append(args, ws.id, ws.def)
+		args = windowSetRecord.append(args, ws)
 	}
 	args = append(args, itemArgs...)
 	status, rest, err := e.run(ctx, "create_rollout", fenceArg(fence), e.nowMS(), args...)
@@ -225,16 +220,19 @@ type StepResult struct {
 // ErrStaleFence when fence is not the current leader's.
 func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
 	now := e.clock.Now()
-	args := []any{e.grace.Milliseconds(), e.base.Milliseconds(), e.max.Milliseconds(),
-		DefaultActionTimeout.Milliseconds(), batchLimit, jitterCount}
-	for range jitterCount {
-		args = append(args, strconv.FormatFloat(e.jitter(), 'f', 6, 64))
-	}
-	wargs, err := e.windowArgs(ctx, now)
+	wsets, err := e.windowStates(ctx, now)
 	if err != nil {
 		return StepResult{}, err
 	}
-	args = append(args, wargs...)
+	args := stepHeadRecord.append(make([]any, 0, len(stepHeadRecord.names)+jitterCount+len(windowStateRecord.names)*len(wsets)),
+		stepHead{Grace: e.grace.Milliseconds(), BackoffBase: e.base.Milliseconds(), BackoffMax: e.max.Milliseconds(),
+			DefTimeout: DefaultActionTimeout.Milliseconds(), Limit: batchLimit, Jitters: jitterCount, WindowSets: len(wsets)})
+	for range jitterCount {
+		args = append(args, strconv.FormatFloat(e.jitter(), 'f', 6, 64))
+	}
+	for _, ws := range wsets {
+		args = windowStateRecord.append(args, ws)
+	}
 	status, rest, err := e.run(ctx, "step", fenceArg(fence), now.UnixMilli(), args...)
 	if err != nil {
 		return StepResult{}, err

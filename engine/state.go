@@ -50,7 +50,8 @@ func (e *Engine) SetRolloutState(ctx context.Context, fence int64, id, action, a
 	default:
 		return fmt.Errorf("action %q: %w", action, ErrInvalidState)
 	}
-	status, rest, err := e.run(ctx, "set_state", fenceArg(fence), e.nowMS(), id, action, actor)
+	status, rest, err := e.run(ctx, "set_state", fenceArg(fence), e.nowMS(),
+		setStateRecord.append(nil, setStateArgs{Rollout: id, Action: action, Actor: actor})...)
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (e *Engine) SetDrained(ctx context.Context, fence int64, nodes []string) (b
 // then. A rollout not held for that reason is left alone (false).
 // ErrNotFound, ErrStaleFence.
 func (e *Engine) Release(ctx context.Context, fence int64, id, hold string) (bool, error) {
-	status, rest, err := e.run(ctx, "release", fenceArg(fence), e.nowMS(), id, hold)
+	status, rest, err := e.run(ctx, "release", fenceArg(fence), e.nowMS(), releaseRecord.append(nil, releaseArgs{Rollout: id, Hold: hold})...)
 	if err != nil {
 		return false, err
 	}
@@ -173,7 +174,8 @@ func (e *Engine) RecordRequest(ctx context.Context, fence int64, name string, o 
 
 // record writes field of the hub's record table under fence (record.lua).
 func (e *Engine) record(ctx context.Context, fence int64, table, field, value, mode string) (bool, error) {
-	status, rest, err := e.run(ctx, "record", fenceArg(fence), e.nowMS(), table, field, value, mode)
+	status, rest, err := e.run(ctx, "record", fenceArg(fence), e.nowMS(),
+		recordTableRecord.append(nil, recordArgs{Table: table, Field: field, Value: value, Mode: mode})...)
 	if err != nil {
 		return false, err
 	}

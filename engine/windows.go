@@ -176,16 +176,15 @@ func (ws *windowSet) state(now time.Time) (open bool, next time.Time) {
 	return false, time.Time{}
 }
 
-// windowArgs reads the stored window sets and returns, for each, its id,
+// windowStates reads the stored window sets and returns, for each, its id,
 // whether it is open at now and its next opening (ms, 0 = unknown), as
-// arguments of the step script. Parsed sets are cached (they never change).
-func (e *Engine) windowArgs(ctx context.Context, now time.Time) ([]any, error) {
+// records of the step script. Parsed sets are cached (they never change).
+func (e *Engine) windowStates(ctx context.Context, now time.Time) ([]windowStateArg, error) {
 	defs, err := e.rdb.HGetAll(ctx, e.key("wsets")).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read window sets: %w", err)
 	}
-	args := make([]any, 0, 1+3*len(defs))
-	args = append(args, len(defs))
+	states := make([]windowStateArg, 0, len(defs))
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	for id, def := range defs {
@@ -201,15 +200,11 @@ func (e *Engine) windowArgs(ctx context.Context, now time.Time) ([]any, error) {
 			e.wsets[id] = ws
 		}
 		open, next := ws.state(now)
-		o := "0"
-		if open {
-			o = "1"
-		}
 		nextMS := int64(0)
 		if !next.IsZero() {
 			nextMS = next.UnixMilli()
 		}
-		args = append(args, id, o, nextMS)
+		states = append(states, windowStateArg{ID: id, Open: open, NextMS: nextMS})
 	}
-	return args, nil
+	return states, nil
 }

@@ -1,6 +1,7 @@
--- approval: ARGV[4] op, [5] approval id, [6] record json (submit) or the
--- actor (decide), [7] the decision (decide: approved | rejected) or the
--- rollout id (consume) or the reason (expire, refuse).
+-- approval: the head AP: op, id (the approval's), and what the op reads:
+-- record (submit: json), actor and decision (decide: approved | rejected),
+-- rollout (consume: its id), reason (expire, stale); named in args.go
+-- (approvalArgs).
 -- The approval records (hash 'approvals': id -> json), each a small state
 -- machine whose every step is a compare-and-set here, under the leader's
 -- fence:
@@ -17,16 +18,16 @@
 if not check_fence() then
   return { 'stale_fence' }
 end
-local op, id = ARGV[4], ARGV[5]
+local op, id = ARGV[AP.op], ARGV[AP.id]
 local key = P .. 'approvals'
 local raw = redis.call('HGET', key, id)
 if op == 'submit' then
   if raw then
     return { 'ok', raw }
   end
-  redis.call('HSET', key, id, ARGV[6])
+  redis.call('HSET', key, id, ARGV[AP.record])
   bump()
-  return { 'ok', ARGV[6] }
+  return { 'ok', ARGV[AP.record] }
 end
 if not raw then
   return { 'not_found' }
@@ -36,23 +37,23 @@ if op == 'decide' then
   if a.state ~= 'pending' then
     return { 'state', a.state }
   end
-  if a.submitted_by == ARGV[6] then
+  if a.submitted_by == ARGV[AP.actor] then
     return { 'self' }
   end
-  a.state, a.decided_by, a.decided_at = ARGV[7], ARGV[6], NOW
+  a.state, a.decided_by, a.decided_at = ARGV[AP.decision], ARGV[AP.actor], NOW
 elseif op == 'consume' then
-  if a.state == 'consumed' and a.rollout == ARGV[7] then
+  if a.state == 'consumed' and a.rollout == ARGV[AP.rollout] then
     return { 'ok', raw }
   end
   if a.state ~= 'approved' then
     return { 'state', a.state }
   end
-  a.state, a.rollout, a.consumed_at = 'consumed', ARGV[7], NOW
+  a.state, a.rollout, a.consumed_at = 'consumed', ARGV[AP.rollout], NOW
 elseif op == 'expire' or op == 'stale' then
   if a.state ~= 'pending' and not (op == 'stale' and a.state == 'approved') then
     return { 'state', a.state }
   end
-  a.state, a.reason, a.ended_at = (op == 'expire') and 'expired' or 'stale', ARGV[7], NOW
+  a.state, a.reason, a.ended_at = (op == 'expire') and 'expired' or 'stale', ARGV[AP.reason], NOW
 else
   return { 'state', 'unknown_op' }
 end

@@ -1,8 +1,8 @@
--- campaign: ARGV[4] hub id, ARGV[5] instance (the caller's process; '' =
--- none), ARGV[6] ttl_ms, ARGV[7] fence floor (the highest fence known to
--- have been used; 0 = none), ARGV[8] '1' when Redis restarted since the
--- caller last looked, ARGV[9] '1' when the caller never held a lease (a new
--- process).
+-- campaign: the head CP: hub (id), instance (the caller's process; '' =
+-- none), ttl_ms, floor (the highest fence known to have been used; 0 =
+-- none), restart ('1' when Redis restarted since the caller last looked),
+-- fresh ('1' when the caller never held a lease: a new process); named in
+-- args.go (campaignArgs).
 -- The lease is the caller's when both its owner (the hub id) and its
 -- instance are the caller's. A new process never extends a lease it finds
 -- under its own name, and takes over a live lease of another instance of its
@@ -13,11 +13,11 @@
 -- before; after a restart the caller's own lease is replaced by a new one.
 -- Returns {'ok', fence, replaced holder or ''} or
 -- {'not_leader', holder, expires_at}.
-local hub, inst = ARGV[4], ARGV[5]
-local ttl = tonumber(ARGV[6])
-local floor = tonumber(ARGV[7]) or 0
-local restart = ARGV[8] == '1'
-local new = ARGV[9] == '1'
+local hub, inst = ARGV[CP.hub], ARGV[CP.instance]
+local ttl = tonumber(ARGV[CP.ttl_ms])
+local floor = tonumber(ARGV[CP.floor]) or 0
+local restart = ARGV[CP.restart] == '1'
+local new = ARGV[CP.fresh] == '1'
 local l = hgetall(KEYS[2])
 local exp = num(l.expires_at)
 local held = l.owner ~= nil and l.owner ~= '' and exp > NOW

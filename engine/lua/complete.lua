@@ -1,12 +1,12 @@
--- complete: the results of agents, in a batch. ARGV[4] backoff base ms,
--- [5] backoff max ms, [6] delivery grace ms, [7] default action timeout
--- ms, [8] scan limit, [9] result count n, then 13 fields per result: node,
--- attempt id, attempt fence, class, exit code, jitter, observed instance
--- json ("" = none), its updated_at (agent ms), its generation (-1 = no
--- instance reported), its version, its state, the tail of the command's
--- output (redacted by the agent; kept on the item for a failure), the
--- reason of a permanent result (permanent_failure unless the agent named a
--- known one).
+-- complete: the results of agents, in a batch. The head CA (backoff base
+-- and max, delivery grace and default action timeout, all ms; the scan
+-- limit; the result count), then the results RF: node, attempt id, its
+-- fence, class, exit code, jitter, the observed instance (json, '' = none;
+-- its updated_at in agent ms, its generation, -1 = no instance reported,
+-- its version and state), the tail of the command's output (redacted by
+-- the agent; kept on the item for a failure), the reason of a permanent
+-- result (permanent_failure unless the agent named a known one). The
+-- fields are named in args.go (completeHead, resultArg).
 -- Each result is checked against its attempt and item on its own, in
 -- order, exactly as if it came alone. Health gate: a success counts as
 -- done only when the instance the agent reports agrees with the item: its
@@ -27,15 +27,18 @@
 -- Returns {'ok', rollouts completed, attempts dispatched, events (as step
 -- returns them), {status per result: 'ok'|'unknown_attempt'|'wrong_node'|
 -- 'stale_attempt'|'error: <message>'}}.
-local BASE, MAXB = tonumber(ARGV[4]), tonumber(ARGV[5])
-WV.grace, WV.def_timeout, WV.limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local n = tonumber(ARGV[9])
+local BASE, MAXB = tonumber(ARGV[CA.backoff_base]), tonumber(ARGV[CA.backoff_max])
+-- no window states, no peek: a windowed item leaves its wave to Step
+local MODE = new_mode()
+MODE.grace, MODE.def_timeout = tonumber(ARGV[CA.grace]), tonumber(ARGV[CA.def_timeout])
+MODE.limit = tonumber(ARGV[CA.limit])
+local n = tonumber(ARGV[CA.results])
 DEFER = {}
 local statuses = {}
 local lanes, touched = {}, {}
 
 local function result(b)
-  local node, aid, class = ARGV[b + 1], ARGV[b + 2], ARGV[b + 4]
+  local node, aid, class = ARGV[b + RF.node], ARGV[b + RF.attempt], ARGV[b + RF.class]
   local id = item_of(aid)
   local it = id and load_item(id, COMPLETE_F)
   if not it or not it.status or attempt_no(aid) > num(it.attempts) then
@@ -44,44 +47,46 @@ local function result(b)
   if it.node ~= node then
     return 'wrong_node'
   end
-  if it.status ~= 'in_progress' or it.last_attempt ~= aid or it.a_fence ~= ARGV[b + 3]
+  if it.status ~= 'in_progress' or it.last_attempt ~= aid or it.a_fence ~= ARGV[b + RF.fence]
       or (it.a_state ~= 'queued' and it.a_state ~= 'delivered') then
     return 'stale_attempt'
   end
-  local igen = tonumber(ARGV[b + 9]) or -1
-  if class == 'success' and not agrees(it, igen, ARGV[b + 10], ARGV[b + 11]) then
+  local igen = tonumber(ARGV[b + RF.instance_gen]) or -1
+  local inst, inst_at = ARGV[b + RF.instance], ARGV[b + RF.instance_at]
+  local output = ARGV[b + RF.output]
+  if class == 'success' and not agrees(it, igen, ARGV[b + RF.instance_version], ARGV[b + RF.instance_state]) then
     -- the attempt stays open: its deadline makes it ambiguous, unless a
     -- full report shows the target in effect first
-    redis.call('HSET', k_i(it.id), 'a_state', 'disagree', 'a_exit', ARGV[b + 5],
+    redis.call('HSET', k_i(it.id), 'a_state', 'disagree', 'a_exit', ARGV[b + RF.exit_code],
       'reason', 'report_mismatch', 'last_class', 'success', 'updated_at', int(NOW))
     redis.call('SADD', P .. 'amb:' .. node, it.id)
-    if ARGV[b + 7] ~= '' then
-      redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[b + 7])
-      redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[b + 8])
+    if inst ~= '' then
+      redis.call('HSET', P .. 'obsi:' .. node, it.block, inst)
+      redis.call('HSET', P .. 'obsi_at:' .. node, it.block, inst_at)
       redis.call('SADD', P .. 'obs_nodes', node)
     end
     return 'ok'
   end
   -- the agent holds the attempt: a Poll popped it from the queue
-  close_attempt(it, aid, 'done', 'a_exit', ARGV[b + 5])
+  close_attempt(it, aid, 'done', 'a_exit', ARGV[b + RF.exit_code])
   if class == 'success' then
     finish(it, 'completed', '', 'last_class', 'success')
-    if ARGV[b + 7] ~= '' then
-      redis.call('HSET', P .. 'obsi:' .. node, it.block, ARGV[b + 7])
-      redis.call('HSET', P .. 'obsi_at:' .. node, it.block, ARGV[b + 8])
+    if inst ~= '' then
+      redis.call('HSET', P .. 'obsi:' .. node, it.block, inst)
+      redis.call('HSET', P .. 'obsi_at:' .. node, it.block, inst_at)
       redis.call('SADD', P .. 'obs_nodes', node)
     end
   elseif class == 'lost' and it.one_shot == '1' then
     -- the agent was stopped while it ran the attempt: whether a one-shot
     -- action took effect is unknown, and it is never run twice
-    finish(it, 'blocked', 'ambiguous_one_shot', 'last_class', 'lost', 'output', ARGV[b + 12])
+    finish(it, 'blocked', 'ambiguous_one_shot', 'last_class', 'lost', 'output', output)
   elseif class == 'transient' or class == 'lost' then
     -- lost from the agent: it was stopped while it ran the attempt; a
     -- converging action is safe to run again, as after a transient failure
-    transient(it, BASE, MAXB, tonumber(ARGV[b + 6]))
-    redis.call('HSET', k_i(it.id), 'output', ARGV[b + 12])
+    transient(it, BASE, MAXB, tonumber(ARGV[b + RF.jitter]))
+    redis.call('HSET', k_i(it.id), 'output', output)
   else
-    finish(it, 'blocked', ARGV[b + 13], 'last_class', 'permanent', 'output', ARGV[b + 12])
+    finish(it, 'blocked', ARGV[b + RF.reason], 'last_class', 'permanent', 'output', output)
   end
   if class == 'lost' and it.one_shot ~= '1' then
     redis.call('HSET', k_i(it.id), 'last_class', 'lost')
@@ -98,7 +103,7 @@ GATHER = { dl = {}, lf = {} }
 for i = 0, n - 1 do
   -- a result that breaks (corrupt data) fails alone: what it wrote before
   -- the error stays (Redis does not roll a script back), the others go on
-  local ok, st = pcall(result, 9 + i * 13)
+  local ok, st = pcall(result, CA.after + i * RF.n)
   if not ok then
     st = 'error: ' .. tostring(st)
   end
@@ -111,7 +116,7 @@ GATHER = nil
 if #touched > 0 then
   local lease = redis.call('HMGET', KEYS[2], 'fence', 'expires_at')
   if lease[1] and lease[1] == redis.call('GET', KEYS[1]) and num(lease[2]) > NOW then
-    WV.fence = lease[1]
+    MODE.fence = lease[1]
     flush() -- the threshold reads the rollouts' counters
     local rs = {}
     for _, l in ipairs(touched) do
@@ -120,7 +125,7 @@ if #touched > 0 then
         r = hgetall(k_r(l[1]))
         rs[l[1]] = r
       end
-      if r.status == 'active' and lane_wave(l[1], r, l[2]) < 0 then
+      if r.status == 'active' and lane_wave(l[1], r, l[2], MODE) < 0 then
         r.status = 'blocked' -- halted by the failure threshold: no other lane starts
       end
       -- a result frees room in its budget: the same lane of the other
@@ -143,7 +148,7 @@ if #touched > 0 then
           end
           table.sort(order, function(a, b) return num(rs[a].seq) < num(rs[b].seq) end)
           for _, o in ipairs(order) do
-            if rs[o].status == 'active' and lane_wave(o, rs[o], l[2]) < 0 then
+            if rs[o].status == 'active' and lane_wave(o, rs[o], l[2], MODE) < 0 then
               rs[o].status = 'blocked'
             end
           end

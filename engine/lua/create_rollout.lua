@@ -1,13 +1,9 @@
--- create_rollout: ARGV[4] the spec's header (JSON, see rolloutHeader in
--- rollout.go), [5] window set count k, then k pairs (window set id,
--- definition json), then 18 fields per item:
--- node, block, action, generation, target_version, config_hash,
--- desired_state, managed_by, criticality, one_shot, timeout_ms, payload,
--- window set id ('' = always open), skip reason ('' = none), split group
--- ('' = none), requirements (newline-separated), block message ('' =
--- none; otherwise the item is created blocked with the skip reason field
--- as its reason, e.g. invalid_config, and is never dispatched), operational
--- ('1': a backup, restart... that leaves the instance as it is).
+-- create_rollout: the head CH (header: the spec's header, JSON, see
+-- rolloutHeader in rollout.go; window_sets: their count k), then k window
+-- sets WS (id, def: definition json), then the items IF (their count is
+-- the header's items). The records' fields are named in args.go (createHead,
+-- windowSetArg, itemArg). An item with a blocked message is created
+-- blocked with its reason (e.g. invalid_config) and is never dispatched.
 --
 -- One trigger event, one rollout: the rollout of the header's id (and
 -- source) is created the first time and later specs of the same event
@@ -28,14 +24,14 @@
 if not check_fence() then
   return { 'stale_fence' }
 end
-local H = cjson.decode(ARGV[4])
-local NF = 18
-local nws = tonumber(ARGV[5])
+local H = cjson.decode(ARGV[CH.header])
+local nws = tonumber(ARGV[CH.window_sets])
 for i = 0, nws - 1 do
   -- content-addressed: the same id always holds the same definition
-  redis.call('HSETNX', P .. 'wsets', ARGV[6 + 2 * i], ARGV[7 + 2 * i])
+  local b = CH.after + i * WS.n
+  redis.call('HSETNX', P .. 'wsets', ARGV[b + WS.id], ARGV[b + WS.def])
 end
-local HEAD = 5 + 2 * nws
+local HEAD = CH.after + nws * WS.n -- the items follow
 local n = math.floor(H.items or 0)
 local observed = H.observed or 0
 local obj, gen = H.object or '', math.floor(H.generation or 0)
@@ -233,14 +229,15 @@ end
 -- groups: one member that cannot be created holds back the whole group
 local veto = {}
 for i = 0, n - 1 do
-  local b = HEAD + i * NF
-  local grp = ARGV[b + 15]
-  if grp ~= '' and ARGV[b + 14] == '' and not veto[grp] then
-    if taken(ARGV[b + 1], ARGV[b + 2]) then
+  local b = HEAD + i * IF.n
+  local grp = ARGV[b + IF.group]
+  if grp ~= '' and ARGV[b + IF.reason] == '' and not veto[grp] then
+    local node, block = ARGV[b + IF.node], ARGV[b + IF.block]
+    if taken(node, block) then
       veto[grp] = true
     else
-      local inst = hgetall(k_inst(ARGV[b + 1], ARGV[b + 2]))
-      local ok, _, _, q = decide(inst, tonumber(ARGV[b + 4]), ARGV[b + 6], '', false)
+      local inst = hgetall(k_inst(node, block))
+      local ok, _, _, q = decide(inst, tonumber(ARGV[b + IF.generation]), ARGV[b + IF.config_hash], '', false)
       if not ok or q then
         veto[grp] = true
       end
@@ -249,14 +246,16 @@ for i = 0, n - 1 do
 end
 
 for i = 0, n - 1 do
-  local b = HEAD + i * NF
-  local node, block = ARGV[b + 1], ARGV[b + 2]
-  local gen = tonumber(ARGV[b + 4])
-  local hash = ARGV[b + 6]
-  local lane = ARGV[b + 8]
-  local skip = ARGV[b + 14]
-  local grp = ARGV[b + 15]
-  local blocked = ARGV[b + 17]
+  local b = HEAD + i * IF.n
+  local node, block = ARGV[b + IF.node], ARGV[b + IF.block]
+  local gen = tonumber(ARGV[b + IF.generation])
+  local sgen = ARGV[b + IF.generation] -- as written, for the records
+  local hash = ARGV[b + IF.config_hash]
+  local lane = ARGV[b + IF.managed_by]
+  local skip = ARGV[b + IF.reason]
+  local grp = ARGV[b + IF.group]
+  local blocked = ARGV[b + IF.blocked]
+  local op = ARGV[b + IF.op]
   local reason0 = skip
   if blocked ~= '' then
     skip = '' -- created like a normal item, but already finished
@@ -267,7 +266,7 @@ for i = 0, n - 1 do
   local ik = k_inst(node, block)
   local create, sup, heal, queued = false, nil, false, false
   if not veto[grp] and not taken(node, block) then
-    create, sup, heal, queued = decide(hgetall(ik), gen, hash, skip, ARGV[b + 18] == '1')
+    create, sup, heal, queued = decide(hgetall(ik), gen, hash, skip, op == '1')
   end
   if heal then
     redis.call('HDEL', ik, 'active')
@@ -291,10 +290,12 @@ for i = 0, n - 1 do
       reason = 'instance_busy'
     end
     redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
-      'node', node, 'block', block, 'action', ARGV[b + 3], 'generation', ARGV[b + 4],
-      'target_version', ARGV[b + 5], 'config_hash', hash, 'desired_state', ARGV[b + 7],
-      'managed_by', lane, 'criticality', ARGV[b + 9], 'one_shot', ARGV[b + 10], 'op', ARGV[b + 18],
-      'timeout_ms', ARGV[b + 11], 'wset', ARGV[b + 13], 'grp', grp, 'req', ARGV[b + 16],
+      'node', node, 'block', block, 'action', ARGV[b + IF.action], 'generation', sgen,
+      'target_version', ARGV[b + IF.target_version], 'config_hash', hash,
+      'desired_state', ARGV[b + IF.desired_state], 'managed_by', lane,
+      'criticality', ARGV[b + IF.criticality], 'one_shot', ARGV[b + IF.one_shot], 'op', op,
+      'timeout_ms', ARGV[b + IF.timeout_ms], 'wset', ARGV[b + IF.wset], 'grp', grp,
+      'req', ARGV[b + IF.requires],
       'status', status, 'reason', reason, 'q', queued and '1' or '0',
       'source', H.kind or '', 'source_user', H.actor or '', 'wave', '0', 'retry_count', '0',
       'retry_after', '0', 'dispatched_at', '0', 'completed_at', int(done_at), 'attempts', '0',
@@ -316,20 +317,20 @@ for i = 0, n - 1 do
       outbox_rollout(rid, 'active', 'joined')
     end
     if status ~= 'pending' then
-      outbox_item({ rollout = rid, id = id, node = node, block = block, generation = ARGV[b + 4] },
+      outbox_item({ rollout = rid, id = id, node = node, block = block, generation = sgen },
         status, reason)
     end
     if skip ~= '' then
-      redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', ARGV[b + 4], 'skip_hash', hash)
+      redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', sgen, 'skip_hash', hash)
     elseif blocked ~= '' then
       redis.call('HSET', k_i(id), 'message', blocked)
-      if ARGV[b + 18] ~= '1' then -- an operational item leaves the record alone
+      if op ~= '1' then -- an operational item leaves the record alone
         redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
-          'last_gen', ARGV[b + 4], 'last_hash', hash, 'last_at', int(NOW), 'last_ver', int(version_after()))
+          'last_gen', sgen, 'last_hash', hash, 'last_at', int(NOW), 'last_ver', int(version_after()))
         redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
       end
     else
-      redis.call('SET', P .. 'ip:' .. id, ARGV[b + 12])
+      redis.call('SET', P .. 'ip:' .. id, ARGV[b + IF.payload])
       lp_add(rid, lane, int(pos), id)
       if grp ~= '' then
         redis.call('RPUSH', k_g(rid, grp), id)

@@ -8,6 +8,8 @@
 --   KEYS[3] version (change counter)  KEYS[4] fleet counters (hash)
 --   ARGV[1] key prefix "fw{p}:"       ARGV[2] caller's fence ("" when unfenced)
 --   ARGV[3] now in unix ms (from the engine's clock; scripts never read time)
+--   then the script's own records, read by field name through the tables
+--   the engine prepends (see args.go: ARGV[SH.grace], ARGV[b + IF.node])
 -- Every other key a script touches is built from ARGV[1] and so carries the
 -- same hash tag as KEYS: all keys live in one Cluster slot.
 -- Numbers are written with int() so timestamps never turn into 1.7e+12.
@@ -98,7 +100,9 @@ end
 
 -- GATHER, when a table, collects the removals from the in-flight sets and
 -- the deadlines of a script handling many results (complete.lua), written
--- by gathered() in one command per key.
+-- by gathered() in one command per key. It stays a script-wide mode, not
+-- an argument: lf_rem and close_attempt are reached through finish,
+-- transient and set_status from every script.
 local GATHER = nil
 
 local function lf_rem(rid, lane, id)
@@ -314,6 +318,7 @@ end
 -- DEFER, when a table, collects the rollouts whose items finish instead of
 -- looking at once whether they completed: a script handling many results
 -- (complete.lua) then calls maybe_complete once per rollout at its end.
+-- Like GATHER, a script-wide mode: finish has callers in every script.
 local DEFER = nil
 
 -- finish moves an item to a terminal status, frees its block instance and

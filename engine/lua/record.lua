@@ -1,5 +1,5 @@
--- record: ARGV[4] table ('requests' | 'sched'), [5] field, [6] value,
--- [7] mode: 'nx' keeps a first record (a request is handled once), 'set'
+-- record: the head RC: table ('requests' | 'sched'), field, value, mode:
+-- 'nx' keeps a first record (a request is handled once), 'set'
 -- replaces it (a schedule's last fire).
 -- The hub's own records, written under the leader's fence like every
 -- other state change.
@@ -7,15 +7,16 @@
 if not check_fence() then
   return { 'stale_fence' }
 end
-local t = ARGV[4]
+local t = ARGV[RC.table]
+local field, value = ARGV[RC.field], ARGV[RC.value]
 if t ~= 'requests' and t ~= 'sched' then
   return { 'invalid' }
 end
 local n
-if ARGV[7] == 'nx' then
-  n = redis.call('HSETNX', P .. t, ARGV[5], ARGV[6])
+if ARGV[RC.mode] == 'nx' then
+  n = redis.call('HSETNX', P .. t, field, value)
 else
-  redis.call('HSET', P .. t, ARGV[5], ARGV[6])
+  redis.call('HSET', P .. t, field, value)
   n = 1
 end
 if n == 1 then

@@ -1,13 +1,13 @@
--- report: ARGV[4] node, [5] report json (without instances; with the
--- journalled attempt ids), [6] sent_at ms, [7] instance count, then 6
--- fields per instance: block, generation, config_hash, state, version,
--- instance json.
+-- report: the head RH (node, report: json without instances, with the
+-- journalled attempt ids; sent_at ms; the instance count), then the
+-- instances IN (block, generation, config_hash, state, version, json).
+-- The fields are named in args.go (reportHead, instanceArg).
 -- Stores the observation and resolves the node's ambiguous items.
 -- Returns {'ok', resolved items, rollouts completed}.
-local node = ARGV[4]
-local sent = tonumber(ARGV[6])
-local n = tonumber(ARGV[7])
-redis.call('HSET', P .. 'obs', node, ARGV[5])
+local node = ARGV[RH.node]
+local sent = tonumber(ARGV[RH.sent_at])
+local n = tonumber(ARGV[RH.instances])
+redis.call('HSET', P .. 'obs', node, ARGV[RH.report])
 redis.call('SADD', P .. 'obs_nodes', node)
 local ik, atk = P .. 'obsi:' .. node, P .. 'obsi_at:' .. node
 -- Reports and attempt results race: a report taken before an attempt's
@@ -20,11 +20,12 @@ for i = 1, #flat, 2 do
 end
 local seen = {}
 for i = 0, n - 1 do
-  local b = 7 + i * 6
-  local block = ARGV[b + 1]
-  seen[block] = { gen = num(ARGV[b + 2]), hash = ARGV[b + 3], state = ARGV[b + 4], version = ARGV[b + 5] }
+  local b = RH.after + i * IN.n
+  local block = ARGV[b + IN.block]
+  seen[block] = { gen = num(ARGV[b + IN.generation]), hash = ARGV[b + IN.config_hash],
+    state = ARGV[b + IN.state], version = ARGV[b + IN.version] }
   if (stored_at[block] or 0) <= sent then
-    redis.call('HSET', ik, block, ARGV[b + 6])
+    redis.call('HSET', ik, block, ARGV[b + IN.json])
     redis.call('HSET', atk, block, sent)
   end
 end
@@ -41,7 +42,7 @@ local journal = nil
 local function journalled(item)
   if journal == nil then
     journal = {}
-    local ok, rep = pcall(cjson.decode, ARGV[5])
+    local ok, rep = pcall(cjson.decode, ARGV[RH.report])
     if ok and type(rep) == 'table' and type(rep.attempts) == 'table' then
       for _, a in ipairs(rep.attempts) do
         if type(a) == 'string' then

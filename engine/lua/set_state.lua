@@ -1,4 +1,4 @@
--- set_state: ARGV[4] rollout id, [5] action (pause|resume|cancel), [6] actor.
+-- set_state: the head SS: rollout (id), action (pause|resume|cancel), actor.
 --   pause:  active|blocked -> paused; nothing new is dispatched (retries
 --           are held), attempts in flight finish.
 --   resume: paused|blocked -> active; the failure threshold counts again
@@ -12,7 +12,7 @@
 if not check_fence() then
   return { 'stale_fence' }
 end
-local rid, action, actor = ARGV[4], ARGV[5], ARGV[6]
+local rid, action, actor = ARGV[SS.rollout], ARGV[SS.action], ARGV[SS.actor]
 local rk = k_r(rid)
 local r = hgetall(rk)
 if not r.id then

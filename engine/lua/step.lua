@@ -1,32 +1,33 @@
--- step: ARGV[4] delivery grace ms, [5] backoff base ms, [6] backoff max ms,
--- [7] default action timeout ms, [8] batch limit, [9] jitter count j, then
--- j jitter values in [0,1), then the window set count w and w triples
--- (window set id, open 1|0, next opening ms or 0 = none known).
+-- step: the head SH (delivery grace, backoff base and max, default action
+-- timeout, all ms; the batch limit; the jitter count j; the window set
+-- count w), then j jitter values in [0,1), then w window states WST (id,
+-- open 1|0, next opening ms or 0 = none known). The fields are named in
+-- args.go (stepHead, windowStateArg).
 -- Returns {'stale_fence'} or {'ok', {dispatched, expired, completed}, events}
 -- where each event is {kind, rollout, detail}.
 if not check_fence() then
   return { 'stale_fence' }
 end
-WV.grace = tonumber(ARGV[4])
-WV.peek = true
-local BASE = tonumber(ARGV[5])
-local MAXB = tonumber(ARGV[6])
-WV.def_timeout = tonumber(ARGV[7])
-WV.limit = tonumber(ARGV[8])
-local LIMIT = WV.limit
-local nj = tonumber(ARGV[9])
+local MODE = new_mode() -- Step knows the windows and peeks
+MODE.grace = tonumber(ARGV[SH.grace])
+MODE.peek = true
+local BASE = tonumber(ARGV[SH.backoff_base])
+local MAXB = tonumber(ARGV[SH.backoff_max])
+MODE.def_timeout = tonumber(ARGV[SH.def_timeout])
+MODE.limit = tonumber(ARGV[SH.limit])
+local LIMIT = MODE.limit
+local nj = tonumber(ARGV[SH.jitters])
 local jitters = {}
-for i = 10, 9 + nj do
-  jitters[#jitters + 1] = tonumber(ARGV[i])
+for i = 1, nj do
+  jitters[#jitters + 1] = tonumber(ARGV[SH.after + i])
 end
-local wbase = 10 + nj
-WV.win = {}
-for i = 0, tonumber(ARGV[wbase]) - 1 do
-  local b = wbase + 1 + 3 * i
-  if ARGV[b + 1] == '1' then
-    WV.win[ARGV[b]] = 0
+MODE.win = {}
+for i = 0, tonumber(ARGV[SH.window_sets]) - 1 do
+  local b = SH.after + nj + i * WST.n
+  if ARGV[b + WST.open] == '1' then
+    MODE.win[ARGV[b + WST.id]] = 0
   else
-    WV.win[ARGV[b]] = tonumber(ARGV[b + 2]) or -1
+    MODE.win[ARGV[b + WST.id]] = tonumber(ARGV[b + WST.next]) or -1
   end
 end
 local ji = 0
@@ -91,13 +92,13 @@ for _, id in ipairs(ready) do
     elseif rs == 'paused' then
       redis.call('ZREM', P .. 'retry', id)
     else
-      local at = closed_until(it)
+      local at = closed_until(it, MODE.win)
       if draining(it.node) then
         -- nothing new goes to a draining node: look again in a while
         set_reason(it, 'node_draining', 0)
         redis.call('ZADD', P .. 'retry', int(NOW + 10000), id)
       elseif at == nil then
-        dispatch(it, nil)
+        dispatch(it, nil, MODE)
       else
         local score = at
         if score <= NOW then
@@ -130,7 +131,7 @@ for _, rid in ipairs(active) do
     end
   else
     for _, lane in ipairs(lanes_of(rid)) do
-      if lane_wave(rid, r, lane) < 0 then
+      if lane_wave(rid, r, lane, MODE) < 0 then
         break
       end
     end

@@ -1,9 +1,9 @@
--- undeliver: ARGV[4] attempt id. A Poll popped the attempt after its
+-- undeliver: the head UD: attempt (id). A Poll popped the attempt after its
 -- deadline and does not hand it out: Step then treats it as never
 -- delivered (a transient failure), as it would had it stayed queued. An
 -- attempt already closed, or not its item's last, is left alone.
 -- Returns {'ok', 1|0}.
-local aid = ARGV[4]
+local aid = ARGV[UD.attempt]
 local id = item_of(aid)
 if not id then
   return { 'ok', 0 }

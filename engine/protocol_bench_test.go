@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
+)
+
+// The script benchmarks time one script call each on a fresh prefix, so
+// that the argument records (items, results) and the wave machinery are
+// measured at their largest:
+//
+//	go test -run '^$' -bench 'CreateRollout|Complete|Step' -count=6 ./engine/
+
+// redisCPU returns the CPU time the server used so far (INFO cpu: user +
+// system), in ms. Unlike wall time it hardly moves with the load of the
+// machine the benchmark shares.
+func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ms float64
+	for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+		_, rest, ok := strings.Cut(info, k)
+		if !ok {
+			b.Fatalf("INFO cpu lacks %s", k)
+		}
+		v, _, _ := strings.Cut(rest, "\r")
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms += f * 1000
+	}
+	return ms
+}
+
+// benchEngine is a leader engine on its own prefix of rdb.
+// The server is emptied first, so every call meets the same state.
+func benchEngine(b *testing.B, rdb redis.UniversalClient, prefix string) (*Engine, int64) {
+	b.Helper()
+	ctx := context.Background()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	e := New(rdb, WithClock(clock.NewFake(t0)), WithPrefix(prefix))
+	if err := e.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	fence, err := e.Campaign(ctx, "bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, fence
+}
+
+// BenchmarkCreateRollout: one CreateRollout of 10,000 items (18 fields each).
+func BenchmarkCreateRollout(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	spec := benchSpec("bench", 10000, 1000, 100)
+	var cpu float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e, fence := benchEngine(b, rdb, fmt.Sprintf("c%d", i))
+		cpu0 := redisCPU(b, rdb)
+		b.StartTimer()
+		_, items, err := e.CreateRollout(ctx, fence, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		cpu += redisCPU(b, rdb) - cpu0
+		b.StartTimer()
+		if len(items) != 10000 {
+			b.Fatalf("%d items created, want 10000", len(items))
+		}
+	}
+	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}
+
+// BenchmarkStep: one Step that starts a wave of 1,000 items of a rollout of
+// 10,000 (the scan, plan and apply of a full wave).
+func BenchmarkStep(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	spec := benchSpec("bench", 10000, 1000, 1000)
+	var cpu float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e, fence := benchEngine(b, rdb, fmt.Sprintf("s%d", i))
+		if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
+			b.Fatal(err)
+		}
+		cpu0 := redisCPU(b, rdb)
+		b.StartTimer()
+		res, err := e.Step(ctx, fence)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		cpu += redisCPU(b, rdb) - cpu0
+		b.StartTimer()
+		if res.Dispatched != 1000 {
+			b.Fatalf("%d dispatched, want 1000", res.Dispatched)
+		}
+	}
+	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}
+
+// BenchmarkComplete: the 1,000 results of a wave, sent by 16 agents at
+// once (group commit: a few complete scripts of up to 256 results), which
+// also start the next wave.
+func BenchmarkComplete(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	const nodes = 1000
+	spec := benchSpec("bench", 2*nodes, nodes, nodes)
+	var cpu float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e, fence := benchEngine(b, rdb, fmt.Sprintf("k%d", i))
+		if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Step(ctx, fence); err != nil {
+			b.Fatal(err)
+		}
+		var results [16][]fleetwave.AttemptResult
+		var owners [16][]string
+		for n := range nodes {
+			node := fmt.Sprintf("n%d", n)
+			as, err := e.Poll(ctx, node, 10, 0)
+			if err != nil || len(as) != 1 {
+				b.Fatalf("poll %s: %d attempts, %v", node, len(as), err)
+			}
+			results[n%16] = append(results[n%16], resultOf(as[0], fleetwave.ResultSuccess))
+			owners[n%16] = append(owners[n%16], node)
+		}
+		cpu0 := redisCPU(b, rdb)
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for j, res := range results[w] {
+					if err := e.Complete(ctx, owners[w][j], res); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		cpu += redisCPU(b, rdb) - cpu0
+		b.StartTimer()
+	}
+	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}
