@@ -134,6 +134,55 @@ func TestMaxConcurrentHoldsAcrossGenerations(t *testing.T) {
 	})
 }
 
+// TestAReopenedRolloutCountsAgainstItsBudget: a completed rollout that a
+// wave of another rollout of its budget dropped from the budget (it was
+// idle) and that a late node then reopens counts against the budget
+// again, so the next generation cannot start past max_concurrent.
+func TestAReopenedRolloutCountsAgainstItsBudget(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		h.create(brcSpec("app", 1, 3, "n1"))
+		h.step()
+		first := h.pollAll(1)
+		h.complete(first[0], fleetwave.ResultSuccess)
+		if r, _ := h.rollout("app-g1"); r.Status != fleetwave.RolloutCompleted {
+			t.Fatalf("app-g1 is %s, want completed", r.Status)
+		}
+		// a one-shot request of the same BRC starts a wave: the budget
+		// drops the idle, completed app-g1
+		req := fleetwave.RolloutSpec{
+			BaseID:        "manual-migrate",
+			Source:        fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindRollout, "migrate"), Generation: 1, Kind: fleetwave.SourceManual},
+			MaxConcurrent: 3, Budget: "app", BudgetCap: 3, Once: true,
+			Items: []fleetwave.ItemSpec{itemSpec("n9", "app", 1)},
+		}
+		req.Items[0].Payload.Operational = true
+		h.create(req)
+		h.step()
+		migrate := h.poll("n9")
+		if len(migrate) != 1 {
+			t.Fatalf("the request started %v", ids(migrate))
+		}
+		h.complete(migrate[0], fleetwave.ResultSuccess)
+		// a late node reopens app-g1 and its item runs
+		if id, items := h.create(brcSpec("app", 1, 3, "n2")); id != "app-g1" || len(items) != 1 {
+			t.Fatalf("the late node joined %q %v", id, items)
+		}
+		h.step()
+		late := h.poll("n2")
+		if len(late) != 1 {
+			t.Fatalf("the late item: polled %v", ids(late))
+		}
+		// generation 2 over three other nodes: one place is taken by
+		// app-g1's late item
+		h.create(brcSpec("app", 2, 3, "n3", "n4", "n5"))
+		h.step()
+		if got := append(append(h.poll("n3"), h.poll("n4")...), h.poll("n5")...); len(got) != 2 {
+			t.Fatalf("generation 2 started %v while app-g1 holds one of 3 places, want 2", ids(got))
+		}
+	})
+}
+
 func TestDrainedNodesWait(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)

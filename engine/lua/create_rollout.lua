@@ -314,6 +314,12 @@ for i = 0, n - 1 do
       existing.status = 'active'
       redis.call('HSET', k_r(rid), 'status', 'active', 'reason', '', 'updated_at', int(NOW))
       redis.call('ZADD', P .. 'active', num(redis.call('HGET', k_r(rid), 'seq')), rid)
+      -- and counts against its budget again: a wave of another rollout
+      -- of the budget may have dropped it from the set while it was idle
+      local b = redis.call('HGET', k_r(rid), 'budget') or ''
+      if b ~= '' then
+        redis.call('SADD', P .. 'bud:' .. b, rid)
+      end
       outbox_rollout(rid, 'active', 'joined')
     end
     if status ~= 'pending' then
