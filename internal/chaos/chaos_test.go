@@ -72,6 +72,23 @@ func mixedManaged(full bool) scenario {
 		faults: []string{faultHubKill, faultRedisKill, faultRemoteDown, faultAgentKill, faultHubKill, faultRedisWipe}}
 }
 
+// failover is a scenario on Redis Sentinel or Cluster ("sentinel",
+// "cluster"): three hub replicas, the primary holding the engine's keys
+// killed mid-rollout (its replica promoted), and the leader hub killed.
+func failover(redis string) scenario {
+	return scenario{name: redis + "-failover", opts: baseOpts(redis, 3, 10), phase: 8 * time.Second, pushes: 3, requests: 1,
+		faults: []string{faultPrimaryKill, faultHubKill}}
+}
+
+// lossyFailover is failover with the replica paused for a second before
+// the primary dies: the promoted replica lacks the writes of that second
+// (long variant only).
+func lossyFailover(redis string) scenario {
+	sc := failover(redis)
+	sc.name, sc.faults = redis+"-lossy-failover", []string{faultPrimaryKillLossy, faultHubKill}
+	return sc
+}
+
 // fiveCrashOpts is the five-crash fleet: long enough a rollout that five
 // crashes spread over it are seconds apart.
 func fiveCrashOpts() clusterOpts {
@@ -112,6 +129,10 @@ func longScenarios() []scenario {
 			faults: []string{faultDupHub}},
 		mixedURL(),
 		mixedManaged(true),
+		failover("sentinel"),
+		failover("cluster"),
+		lossyFailover("sentinel"),
+		lossyFailover("cluster"),
 	}
 }
 
@@ -126,6 +147,10 @@ type runResult struct {
 	pushes   pushStats
 	// the five-crash runs
 	undisturbed, disturbed, allowance time.Duration
+	// sentinel and cluster modes: the items seen ambiguous, the lease TTL
+	topology  string
+	ambiguous []string
+	leaseTTL  time.Duration
 }
 
 type report struct {
@@ -152,7 +177,9 @@ func TestChaos(t *testing.T) {
 		seed = time.Now().UnixNano() % 1_000_000_007
 	}
 	variant := "short"
-	scenarios := []scenario{mixedURL()}
+	// sentinel-failover rather than cluster-failover: five Redis
+	// processes instead of six, a few seconds less
+	scenarios := []scenario{mixedURL(), failover("sentinel")}
 	if long() {
 		variant, scenarios = "long", longScenarios()
 	}
@@ -185,8 +212,10 @@ func TestChaos(t *testing.T) {
 	crashes := *flagOnly == "" || strings.Contains("five-crashes", *flagOnly)
 	// the fault scenarios, a few at once; in the short variant the
 	// five-crash makespans (then the managed mix, on the same fleet) run
-	// beside mixed-url, so that the whole short run stays near 90 s; in
-	// the long one they run alone, afterwards
+	// beside mixed-url, and sentinel-failover takes the first slot free
+	// (go test runs two parallel subtests on two cores): the whole short
+	// run stays near two minutes; in the long one they run alone,
+	// afterwards
 	t.Run("scenarios", func(t *testing.T) {
 		sem := make(chan struct{}, max(1, *flagParallel))
 		for _, j := range jobs {
@@ -344,6 +373,11 @@ func (c *cluster) finish(t *testing.T, res *runResult) {
 	c.stopSamplers()
 	res.check = c.check(rollouts, summary)
 	c.recoveries(res.check)
+	if c.topology() {
+		res.topology, res.leaseTTL = c.o.redis, c.o.leaseTTL
+		res.ambiguous = c.ambiguousItems(rollouts)
+		c.logf("items seen ambiguous: %d %v", len(res.ambiguous), res.ambiguous)
+	}
 	c.mu.Lock()
 	res.faults = append(res.faults, c.faults...)
 	res.pushes = c.pushStats
@@ -684,6 +718,7 @@ func printReport(t *testing.T, rep *report, seed int64, variant string, took tim
 		}
 		fmt.Fprintf(&b, "  %-34s %s  %8d facts checked, %d violation(s)\n", inv, verdict, checked, bad)
 	}
+	printFailovers(&b, rep.runs)
 	for _, r := range rep.runs {
 		if !strings.HasPrefix(r.scenario, "five-crashes") || r.undisturbed == 0 {
 			continue
@@ -729,4 +764,42 @@ func rolloutTimeline(ra rolloutAnswer, pushed time.Time) string {
 	return fmt.Sprintf("%d items, created %v after the push; slowest item %s on %s %v (%d attempts); longest idle %v %s",
 		len(items), ra.Rollout.CreatedAt.Sub(pushed).Round(time.Millisecond), slow.ID, slow.Node, slowest.Round(time.Millisecond), slow.Attempts,
 		idle.Round(time.Millisecond), idleAt)
+}
+
+// printFailovers adds the runs on Redis Sentinel and Cluster to the
+// report: per run, each primary kill (promotion of the replica, first
+// command under a higher fence), each leader kill (a hub leading again,
+// against the lease TTL) and the items that became ambiguous.
+func printFailovers(b *strings.Builder, runs []*runResult) {
+	var topo []*runResult
+	for _, r := range runs {
+		if r.topology != "" {
+			topo = append(topo, r)
+		}
+	}
+	if len(topo) == 0 {
+		return
+	}
+	sort.Slice(topo, func(i, j int) bool { return topo[i].scenario < topo[j].scenario })
+	fmt.Fprintf(b, "\nredis failovers (sentinel, cluster):\n")
+	for _, r := range topo {
+		fmt.Fprintf(b, "  %s (seed %d, %s, lease TTL %v):", r.scenario, r.seed, r.topology, r.leaseTTL)
+		for _, f := range r.faults {
+			switch f.kind {
+			case faultPrimaryKill, faultPrimaryKillLossy:
+				rec := "n/a"
+				if f.recovered {
+					rec = f.recovery.Round(10 * time.Millisecond).String()
+				}
+				fmt.Fprintf(b, " %s: promoted %v, first command under a higher fence %s;", f.kind, f.promoted.Round(10*time.Millisecond), rec)
+			case faultHubKill, faultHubKillPG:
+				if f.leaderBack > 0 {
+					fmt.Fprintf(b, " %s: %s leads after %v (%.2f TTL);", f.kind, f.leaderTo, f.leaderBack.Round(10*time.Millisecond), float64(f.leaderBack)/float64(r.leaseTTL))
+				} else {
+					fmt.Fprintf(b, " %s: no new leader seen within 30s;", f.kind)
+				}
+			}
+		}
+		fmt.Fprintf(b, " %d item(s) ambiguous %v\n", len(r.ambiguous), r.ambiguous)
+	}
 }

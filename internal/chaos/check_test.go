@@ -24,9 +24,10 @@ const (
 	invFences     = "fences never go back"
 	invHumans     = "no human commit lost"
 	invNoForce    = "no force push"
+	invSecrets    = "no Redis password shown"
 )
 
-var invariantNames = []string{invOneShot, invTerminal, invCounters, invConcurrent, invFences, invHumans, invNoForce}
+var invariantNames = []string{invOneShot, invTerminal, invCounters, invConcurrent, invFences, invHumans, invNoForce, invSecrets}
 
 // invariant is the outcome of one check: how many facts it looked at and
 // the violations it found.
@@ -207,6 +208,7 @@ func (c *cluster) check(rollouts []rolloutAnswer, summary fleetwave.Summary) *ch
 	c.checkFences(r.inv[invFences], states)
 	c.checkHumans(r.inv[invHumans])
 	c.checkNoForce(r.inv[invNoForce])
+	c.checkSecrets(r.inv[invSecrets])
 	for _, b := range bad {
 		r.inv[invConcurrent].notes = append(r.inv[invConcurrent].notes, "unparsable ledger line "+b)
 	}

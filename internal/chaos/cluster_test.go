@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
 // The API callers of every hub.yaml (an admin and an operator: the hub
@@ -53,8 +54,13 @@ func sha(s string) string {
 
 // clusterOpts shapes one fleet under test.
 type clusterOpts struct {
-	redis    string // "managed" (the hub supervises redis-server) or "url" (the suite runs it, AOF on)
-	replicas int    // hubs sharing one Redis (url mode only)
+	// redis is "managed" (the hub supervises redis-server), "url" (the
+	// suite runs it, AOF on), "sentinel" (a primary, a replica and three
+	// Sentinels) or "cluster" (a 6-process Redis Cluster); the last two
+	// are started by the suite, with passwords, and named in hub.yaml's
+	// redis: mapping.
+	redis    string
+	replicas int // hubs sharing one Redis (not in managed mode)
 	// statusBranch is where the hub commits status: "" leaves
 	// repo.status_branch out of hub.yaml (the product's default,
 	// defaultStatusBranch), "main" puts it on the tracked branch, where
@@ -87,10 +93,15 @@ type cluster struct {
 	ledger string // ledger files, one per node
 	nodes  []string
 
-	redis   *redisInst // url mode
-	hubs    []*hubInst
-	retired []*hubInst // stopped for good (their logs stay)
-	agents  map[string]*agentInst
+	redis    *redisInst          // url mode
+	sentinel *redistest.Sentinel // sentinel mode
+	rcluster *redistest.Cluster  // cluster mode
+	// secrets are the password files hub.yaml names (sentinel and
+	// cluster modes): data servers', Sentinels'.
+	dataPassFile, sentinelPassFile string
+	hubs                           []*hubInst
+	retired                        []*hubInst // stopped for good (their logs stay)
+	agents                         map[string]*agentInst
 
 	mu          sync.Mutex
 	rng         *rand.Rand
@@ -105,6 +116,7 @@ type cluster struct {
 	stopSample  chan struct{}
 	samplerWG   sync.WaitGroup
 	tips        map[string][]string // branch -> tips sampled, consecutive duplicates folded
+	ambiguous   map[string]bool     // items seen ambiguous (sentinel and cluster modes)
 	pushStats   pushStats
 }
 
@@ -166,6 +178,7 @@ func newCluster(t *testing.T, name string, o clusterOpts, seed int64) *cluster {
 		ledger: filepath.Join(dir, "ledger"), agents: map[string]*agentInst{},
 		rng: rand.New(rand.NewSource(seed)), versions: map[string]int{"app": 1, "side": 1},
 		kills: map[string][]time.Time{}, stopSample: make(chan struct{}), tips: map[string][]string{},
+		ambiguous: map[string]bool{},
 	}
 	t.Cleanup(func() {
 		c.teardown()
@@ -224,6 +237,9 @@ func newCluster(t *testing.T, name string, o clusterOpts, seed int64) *cluster {
 		if err := c.startRedis(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if o.redis == "sentinel" || o.redis == "cluster" {
+		c.startTopology()
 	}
 	keys := []string{"a", "b", "c"}
 	for i := 0; i < o.replicas; i++ {
@@ -359,7 +375,7 @@ func (c *cluster) redisSocket() string {
 
 // leaseFence reads the fence of the leader lease (0 when unreadable).
 func (c *cluster) leaseFence() int64 {
-	rc := redisClient(c.redisSocket())
+	rc := c.engineRedis()
 	defer rc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -376,9 +392,15 @@ func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
 	}
 	h := &hubInst{key: key, hubID: hubID, port: port, dataDir: filepath.Join(c.dir, "hub-"+key),
 		cfgPath: filepath.Join(c.dir, "hub-"+key+".yaml"), logPath: filepath.Join(c.dir, "hub-"+key+".log")}
-	redisMode := "managed"
-	if c.redis != nil {
-		redisMode = "unix://" + c.redis.sock
+	redisYAML := "redis: managed\n"
+	switch {
+	case c.redis != nil:
+		redisYAML = fmt.Sprintf("redis: %q\n", "unix://"+c.redis.sock)
+	case c.sentinel != nil:
+		redisYAML = fmt.Sprintf("redis:\n  sentinel:\n    master: %s\n    addrs: [%s]\n    password_file: %q\n    sentinel_password_file: %q\n",
+			c.sentinel.Master, strings.Join(c.sentinel.Addrs, ", "), c.dataPassFile, c.sentinelPassFile)
+	case c.rcluster != nil:
+		redisYAML = fmt.Sprintf("redis:\n  cluster:\n    addrs: [%s]\n    password_file: %q\n", strings.Join(c.rcluster.Addrs, ", "), c.dataPassFile)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "hub_id: %s\n", hubID)
@@ -386,7 +408,8 @@ func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
 	if c.o.statusBranch != "" {
 		fmt.Fprintf(&b, "  status_branch: %q\n", c.o.statusBranch)
 	}
-	fmt.Fprintf(&b, "redis: %q\nlisten: 127.0.0.1:%d\ndata_dir: %q\n", redisMode, port, h.dataDir)
+	b.WriteString(redisYAML)
+	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\ndata_dir: %q\n", port, h.dataDir)
 	fmt.Fprintf(&b, "status: {interval: 300ms}\nlease_ttl: %s\nstep_interval: 100ms\nreconcile_interval: 500ms\n", c.o.leaseTTL)
 	b.WriteString("agents:\n  tokens:\n")
 	for _, n := range c.nodes {
@@ -450,9 +473,12 @@ func (c *cluster) liveHubs() []*hubInst {
 	return out
 }
 
-// leader returns the live hub whose /readyz says it leads, or nil.
+// leader returns the live hub whose /readyz says it leads, or nil. When
+// two say so (one lost its lease and has not noticed yet: it cannot renew
+// while Redis fails over), the one the lease names in Redis.
 func (c *cluster) leader() *hubInst {
 	cl := http.Client{Timeout: 2 * time.Second}
+	var claim []*hubInst
 	for _, h := range c.liveHubs() {
 		resp, err := cl.Get(h.url() + "/readyz")
 		if err != nil {
@@ -464,10 +490,31 @@ func (c *cluster) leader() *hubInst {
 		err = json.NewDecoder(resp.Body).Decode(&a)
 		resp.Body.Close()
 		if err == nil && a.Checks["leader"] == "leader" {
-			return h
+			claim = append(claim, h)
 		}
 	}
+	if len(claim) > 1 {
+		owner := c.leaseOwner()
+		for _, h := range claim {
+			if h.hubID == owner {
+				return h
+			}
+		}
+	}
+	if len(claim) > 0 {
+		return claim[0]
+	}
 	return nil
+}
+
+// leaseOwner reads the hub id the leader lease names ("" when unreadable).
+func (c *cluster) leaseOwner() string {
+	rc := c.engineRedis()
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	owner, _ := rc.HGet(ctx, keyPrefix+"lease", "owner").Result()
+	return owner
 }
 
 // waitLeader waits (generously) until some hub leads.
@@ -725,6 +772,18 @@ func (c *cluster) startSamplers() {
 			c.sampleTips()
 		}
 	})
+	if c.topology() {
+		c.samplerWG.Go(func() {
+			for {
+				select {
+				case <-c.stopSample:
+					return
+				case <-time.After(300 * time.Millisecond):
+				}
+				c.sampleAmbiguous()
+			}
+		})
+	}
 }
 
 func (c *cluster) sampleTips() {

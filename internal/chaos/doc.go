@@ -1,9 +1,11 @@
 // Package chaos is fleetwave's chaos suite: it runs real hub processes
-// (fleetwave serve), real redis-server processes (managed by the hub, or
-// started by the suite with AOF on and given to the hubs as a unix:// URL),
-// real agent processes and a real git remote (file://), injects faults in an
-// order and at times drawn from a printed seed, and then checks invariants
-// over ground truth the product does not write itself:
+// (fleetwave serve), real redis-server processes (managed by the hub,
+// started by the suite with AOF on and given to the hubs as a unix:// URL,
+// or a Redis Sentinel deployment or a 6-process Redis Cluster the suite
+// starts on loopback, named in hub.yaml's redis: mapping with password
+// files), real agent processes and a real git remote (file://), injects
+// faults in an order and at times drawn from a printed seed, and then
+// checks invariants over ground truth the product does not write itself:
 //
 //   - ledgers: every block command appends "start" and "end" lines (node,
 //     block, action, attempt, unix nanoseconds) to its node's ledger file;
@@ -20,7 +22,7 @@
 // never negative; a BRC's commands never overlapped beyond max_concurrent;
 // fences never went back (status commits, agents' journals); no human
 // commit lost and the remote left writable; no force push (sampled tips
-// and the reflog).
+// and the reflog); no Redis password in a hub's log or /readyz.
 //
 // Faults: SIGKILL of the leader hub and restart (the process, or its whole
 // process group), SIGSTOP of the leader past the lease TTL, SIGKILL of
@@ -28,14 +30,29 @@
 // SIGKILLed mid-action with their commands and restarted on their state
 // dir, the remote renamed away for seconds, human pushes racing the status
 // commits (status on main, or on its own branch), and a second process with
-// an existing hub id and another data dir. Each fault's recovery time is
-// measured (see recoveries), and "five-crashes" compares the makespan of a
-// rollout with five leader crashes to the same rollout undisturbed.
+// an existing hub id and another data dir; on Sentinel and Cluster only,
+// SIGKILL of the primary holding the engine's keys (primary-kill: the
+// replica is promoted, the killed server stays down, so the rest of the run
+// has no replica), and primary-kill-lossy, the same kill after the replica
+// was paused for a second (the promoted replica lacks that second's
+// acknowledged writes). Each fault's recovery time is measured (see
+// recoveries), and "five-crashes" compares the makespan of a rollout with
+// five leader crashes to the same rollout undisturbed.
+//
+// "sentinel-failover" and "cluster-failover" run three hub replicas (the
+// agents spread over them) on Sentinel or Cluster, kill the primary while
+// commands run and kill the leader hub; the report adds, per run, the
+// replica's promotion time, the first command dispatched under a higher
+// fence, how long the fleet had no leader (against the lease TTL) and the
+// items seen ambiguous (attempts whose results may have been lost wait for
+// their nodes' reports instead of running again). The long variant adds
+// "sentinel-lossy-failover" and "cluster-lossy-failover".
 //
 // The package holds tests only. The short variant (mixed-url beside
-// five-crashes followed by a managed-Redis mix on the same fleet, about 90 s)
-// is the default and runs inside `go test ./...`; the long one (every
-// scenario, several runs) is opt-in:
+// five-crashes followed by a managed-Redis mix on the same fleet, and
+// sentinel-failover once a slot is free; about two minutes) is the default
+// and runs inside `go test ./...`; the long one (every scenario, several
+// runs) is opt-in:
 //
 //	make chaos                      # CHAOS_RUNS=3; CHAOS_ARGS=-chaos.seed=N
 //	go test -count=1 -timeout 60m -run TestChaos -v ./internal/chaos/ -args -chaos.long -chaos.runs=3
@@ -43,8 +60,8 @@
 //
 // Other flags (after -args): -chaos.seed=N reproduces a fault plan (timings
 // still differ from run to run), -chaos.scenario=NAME runs the scenarios
-// whose name contains NAME, -chaos.parallel=N (default 2), -chaos.keep keeps
-// every run's directory (failed runs are always kept). The binary under
-// test is built from the module once per test binary ($FLEETWAVE_CHAOS_BIN
-// names a prebuilt one instead).
+// whose name contains NAME, -chaos.parallel=N (default 2), -chaos.keep
+// keeps every run's directory (failed runs are always kept). The binary
+// under test is built from the module once per test binary
+// ($FLEETWAVE_CHAOS_BIN names a prebuilt one instead).
 package chaos

@@ -21,6 +21,15 @@ const (
 	faultAgentKill  = "agent-kill"  // SIGKILL of an agent mid-action (with its commands), restarted on its state dir
 	faultRemoteDown = "remote-down" // the git remote is renamed away for a few seconds
 	faultDupHub     = "dup-hub"     // a second process with an existing hub id and another data dir
+	// faultPrimaryKill is the SIGKILL of the Redis primary holding the
+	// engine's keys (sentinel and cluster modes): its replica is promoted,
+	// the killed server stays down.
+	faultPrimaryKill = "primary-kill"
+	// faultPrimaryKillLossy is the same kill after the replica was paused
+	// (SIGSTOP) for a second while the fleet worked, and resumed as the
+	// primary dies: the promoted replica lacks about a second of
+	// acknowledged writes (dispatches, results, lease renewals).
+	faultPrimaryKillLossy = "primary-kill-lossy"
 )
 
 // faultRec is one injected fault and how the system recovered from it.
@@ -35,6 +44,13 @@ type faultRec struct {
 	recovery    time.Duration
 	recovered   bool
 	note        string
+	// promoted (primary-kill) is the time from the kill to a replica
+	// serving as the primary.
+	promoted time.Duration
+	// leaderBack (hub-kill with replicas) is the time from the kill to a
+	// hub leading under a higher fence, leaderTo that hub.
+	leaderBack time.Duration
+	leaderTo   string
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
@@ -59,6 +75,8 @@ func (c *cluster) inject(kind string) error {
 		err = c.remoteOutage(f)
 	case faultDupHub:
 		err = c.dupHub(f)
+	case faultPrimaryKill, faultPrimaryKillLossy:
+		err = c.primaryKill(f)
 	default:
 		err = fmt.Errorf("unknown fault %q", kind)
 	}
@@ -95,9 +113,21 @@ func (c *cluster) hubKill(f *faultRec) error {
 	} else {
 		h.p.crash()
 	}
+	// on a shared Redis, how long the fleet has no leader
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if c.redis != nil || c.topology() {
+			c.watchLeader(f, 30*time.Second)
+		}
+	}()
 	time.Sleep(c.between(200*time.Millisecond, 1500*time.Millisecond))
 	err := c.startHub(h)
 	f.restored = time.Now()
+	<-watched
+	if f.leaderBack > 0 {
+		f.note += fmt.Sprintf("(%s leads after %v; lease TTL %v)", f.leaderTo, f.leaderBack.Round(time.Millisecond), c.o.leaseTTL)
+	}
 	return err
 }
 

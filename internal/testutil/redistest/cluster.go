@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -227,4 +228,54 @@ func (c *Cluster) NodeClient(tb testing.TB, addr string) *redis.Client {
 		tb.Fatalf("redistest: no cluster node at %s", addr)
 	}
 	return p.client(tb, c.o.Password)
+}
+
+// Signal sends sig to the node at addr (SIGSTOP pauses it, SIGCONT
+// resumes it).
+func (c *Cluster) Signal(tb testing.TB, addr string, sig syscall.Signal) {
+	tb.Helper()
+	p, ok := c.nodes[addr]
+	if !ok {
+		tb.Fatalf("redistest: no cluster node at %s", addr)
+	}
+	if err := p.signal(sig); err != nil {
+		tb.Fatalf("redistest: signal %s: %v", addr, err)
+	}
+}
+
+// ReplicasOf returns the addresses of the replicas of the primary at addr,
+// as the first other node that answers sees them (CLUSTER NODES).
+func (c *Cluster) ReplicasOf(ctx context.Context, addr string) ([]string, error) {
+	var last error
+	for _, a := range c.Addrs {
+		if a == addr {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: a, Password: c.o.Password, MaxRetries: -1, DialTimeout: time.Second})
+		nodes, err := cl.ClusterNodes(ctx).Result()
+		_ = cl.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		// <id> <ip:port@bus> <flags> <primary id> ...
+		var primaryID string
+		lines := strings.Split(strings.TrimSpace(nodes), "\n")
+		for _, line := range lines {
+			if f := strings.Fields(line); len(f) > 3 && strings.SplitN(f[1], "@", 2)[0] == addr {
+				primaryID = f[0]
+			}
+		}
+		if primaryID == "" {
+			return nil, fmt.Errorf("%s does not know a node at %s", a, addr)
+		}
+		var out []string
+		for _, line := range lines {
+			if f := strings.Fields(line); len(f) > 3 && f[3] == primaryID {
+				out = append(out, strings.SplitN(f[1], "@", 2)[0])
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no node answered: %v", last)
 }

@@ -81,10 +81,17 @@ func TestClusterFailsOverTheSlotOfAKey(t *testing.T) {
 	if n, err := conn.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 on %s = %d, %v", primary, n, err)
 	}
+	replicas, err := c.ReplicasOf(ctx, primary)
+	if err != nil || len(replicas) != 1 {
+		t.Fatalf("replicas of %s: %v, %v; want one", primary, replicas, err)
+	}
 	start := time.Now()
 	c.Kill(t, primary)
 	now := c.WaitPrimary(t, key, primary)
 	t.Logf("%s promoted %v after the kill", now, time.Since(start).Round(time.Millisecond))
+	if now != replicas[0] {
+		t.Fatalf("new primary %s, want the replica %s", now, replicas[0])
+	}
 	eventually(t, "read through the cluster client", func(ctx context.Context) error {
 		v, err := cl.Get(ctx, key).Result()
 		if err == nil && v != "7" {
