@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -288,6 +289,14 @@ func (c *cluster) remoteOutage(f *faultRec) error {
 	if err != nil {
 		return err
 	}
+	// A receive-pack that was writing when the directory moved may leave a
+	// ref lock behind, as on a server that crashed mid-push; its owner has
+	// long finished. Clear such locks as the remote's admin would: only
+	// those older than the outage.
+	time.Sleep(time.Second)
+	if stale := staleLocks(c.bare, f.at); len(stale) > 0 {
+		f.note = "(stale lock cleared: " + strings.Join(stale, ", ") + ")"
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		tip, err := runGit("", "--git-dir", c.bare, "rev-parse", "refs/heads/"+c.statusRef())
@@ -302,6 +311,25 @@ func (c *cluster) remoteOutage(f *faultRec) error {
 	}
 	f.note = "(no status commit within 30s of the remote's return)"
 	return nil
+}
+
+// staleLocks removes the *.lock files of bare repository dir modified
+// before t and returns their paths relative to dir.
+func staleLocks(dir string, t time.Time) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".lock") {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.ModTime().Before(t) {
+			if os.Remove(path) == nil {
+				rel, _ := filepath.Rel(dir, path)
+				out = append(out, rel)
+			}
+		}
+		return nil
+	})
+	return out
 }
 
 // dupHub starts a second process with the hub id of a running hub, with
