@@ -298,7 +298,12 @@ func startFleetCfg(t *testing.T, remote, redisURL string, nodes []string, clk cl
 
 func (f *runningFleet) waitRollout(t *testing.T, id string, want fleetwave.RolloutStatus) (fleetwave.Rollout, []fleetwave.Item) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	return f.waitRolloutWithin(t, id, want, 60*time.Second)
+}
+
+func (f *runningFleet) waitRolloutWithin(t *testing.T, id string, want fleetwave.RolloutStatus, within time.Duration) (fleetwave.Rollout, []fleetwave.Item) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		r, items, err := f.hub.Engine().Rollout(context.Background(), id)
 		if err == nil && r.Status == want {

@@ -48,7 +48,11 @@ func TestManagedRedisKilledMidRollout(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
+	// The kill may cut the delivery of the next wave's attempt: popped
+	// from its node's queue, never received. That attempt is then known
+	// only at its deadline (the install's 1m timeout and the delivery
+	// grace), when it is retried once a report shows it never ran.
+	r, items := f.waitRolloutWithin(t, "web-g1", fleetwave.RolloutCompleted, 4*time.Minute)
 	if f.hub.ManagedRedisPID() == pid {
 		t.Fatal("redis-server was not restarted")
 	}
