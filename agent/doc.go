@@ -50,6 +50,14 @@
 // example a stale attempt) are dropped; others are retried until delivered.
 // Undelivered results survive restarts.
 //
+// # Configuration file
+//
+// `fleetwave agent --config FILE` reads a YAML file (FileConfig,
+// LoadConfigFile): hub, node, token_file, state_dir, capabilities,
+// addresses and the optional timings. It is read once, at start: an agent
+// advertises a changed capability or address after a restart. Mistakes
+// are *ConfigFileError values, "file:line:col: message".
+//
 // # Local state
 //
 // state.json holds the node, the highest accepted fence, the block instances

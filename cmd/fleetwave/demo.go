@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,6 +34,7 @@ type demoOptions struct {
 	dir      string
 	duration time.Duration
 	redis    string
+	procs    int // agents run as processes of this binary (the first nodes)
 }
 
 func demoCmd(stdout io.Writer, newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command {
@@ -50,6 +52,7 @@ func demoCmd(stdout io.Writer, newLogger func(zerolog.Level, bool) zerolog.Logge
 	cmd.Flags().StringVar(&o.dir, "dir", "", "working directory (default: a new temporary directory)")
 	cmd.Flags().DurationVar(&o.duration, "for", 0, "stop after this long (default: until Ctrl-C)")
 	cmd.Flags().StringVar(&o.redis, "redis", "embedded", "redis: embedded (default here), managed, or a redis:// URL")
+	cmd.Flags().IntVar(&o.procs, "agent-processes", 3, "agents run as processes of this binary, which can upgrade themselves (the first nodes'); the others run inside the demo")
 	return cmd
 }
 
@@ -141,6 +144,19 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 	if o.agents > 0 && o.agents < len(nodes) {
 		nodes = nodes[:o.agents]
 	}
+	procNodes := nodes[:max(0, min(o.procs, len(nodes)))]
+	var builds map[string]string
+	baseVersion := ""
+	if len(procNodes) > 0 {
+		sys := snap.Triggers[fleetwave.AgentBlock]
+		if sys == nil || sys.TargetVersion == "" || sys.TargetVersion == demoNextAgentVersion {
+			return fmt.Errorf("example repository: the agent processes need the system BRC brc/%s with a target_version other than %s", fleetwave.AgentBlock, demoNextAgentVersion)
+		}
+		baseVersion = sys.TargetVersion
+		if builds, err = demoAgentBuilds(filepath.Join(dir, "agent-builds"), baseVersion, demoNextAgentVersion); err != nil {
+			return err
+		}
+	}
 	tokens := map[string]string{}
 	hashes := map[string]string{}
 	for _, n := range nodes {
@@ -191,6 +207,9 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 		StepInterval:       hub.Duration(100 * time.Millisecond),
 		HubID:              "demo-hub",
 	}
+	if builds != nil {
+		cfg.AgentArtifacts.Dir = filepath.Join(dir, "agent-builds")
+	}
 	h, err := hub.New(ctx, cfg, hub.WithLogger(log))
 	if err != nil {
 		return portInUse(o.listen, err)
@@ -203,7 +222,21 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer, log zerolog.Logg
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	wg.Go(func() { hubErr <- h.Run(runCtx) })
+	procs := map[string]*demoProcAgent{}
+	for _, n := range procNodes {
+		p, err := prepareProcAgent(filepath.Join(dir, "agents", n), n, builds[baseVersion], url, log)
+		if err != nil {
+			stop()
+			wg.Wait()
+			return fmt.Errorf("agent process of %s: %w", n, err)
+		}
+		procs[n] = p
+		wg.Go(func() { p.run(runCtx) })
+	}
 	for _, n := range nodes {
+		if procs[n] != nil {
+			continue
+		}
 		wg.Go(func() {
 			err := agent.Run(runCtx, agent.Config{
 				HubURL: url, Node: n, Token: tokens[n],
@@ -244,9 +277,19 @@ Watch a rollout run in waves, then push a change:
   git commit -am "operator 1.5.0" && git push
 Status commits go to their own branch:  git -C %s log --oneline fleetwave/status
   (main keeps people's commits only)
-Stop with Ctrl-C.
-
 `, url, operator, remote, filepath.Join(dir, "work"), filepath.Join(dir, "work"), remote)
+	if len(procNodes) > 0 {
+		fmt.Fprintf(out, `Agent processes: %s run as processes of this binary (agents/<node>/bin/fleetwave agent
+  --config agents/<node>/agent.yaml; logs in agents/<node>/agent.log), demo builds of fleetwave %s.
+  The hub serves a demo build %s (%s). Upgrade the agents in waves:
+  cd %s && sed -i 's/"%s"/"%s"/' brc/fleetwave-agent.cue
+  git commit -am "agents %s" && git push
+  fleetwave node get %s   # agent version %s once its process re-executed itself into the new build
+  (the agents inside the demo process only record the version)
+`, strings.Join(procNodes, ", "), baseVersion, demoNextAgentVersion, filepath.Join(dir, "agent-builds"),
+			filepath.Join(dir, "work"), baseVersion, demoNextAgentVersion, demoNextAgentVersion, procNodes[0], demoNextAgentVersion)
+	}
+	fmt.Fprint(out, "Stop with Ctrl-C.\n\n")
 
 	progress(runCtx, h, out)
 	stop()

@@ -15,7 +15,24 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/agent"
 )
+
+// runMainEnv, set to 1, makes the test binary run the fleetwave command
+// line instead of the tests: the demo starts its agent processes from its
+// own binary (os.Executable), which under `go test` is this one. TestMain
+// sets it for every child of the tests.
+const runMainEnv = "FLEETWAVE_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Exit(Main())
+	}
+	os.Setenv(runMainEnv, "1")
+	os.Exit(m.Run())
+}
 
 // syncBuffer is a bytes.Buffer safe for the demo's writer and the test's reader.
 type syncBuffer struct {
@@ -43,8 +60,10 @@ func gitOut(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// TestDemoRollsOutAndCommitsStatus drives `fleetwave demo` as a user would
-// and stops it once the example rollout completed and status commits appeared.
+// TestDemoRollsOutAndCommitsStatus drives `fleetwave demo` as a user would:
+// the example rollout completes and status commits appear; then a push
+// raising the system BRC's target_version upgrades the agents in waves,
+// the agent processes by replacing their binaries.
 func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -55,6 +74,7 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--dir", dir, "--for", "3m", "--log-level", "info"}, &stdout, &stderr)
 	}()
 	remote := filepath.Join(dir, "remote.git")
+	started := time.Now()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		log := gitOut(t, "-C", remote, "log", "--format=%s", "fleetwave/status")
@@ -72,11 +92,16 @@ func TestDemoRollsOutAndCommitsStatus(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	t.Logf("operator-rollout-g1 completed and committed after %v", time.Since(started).Round(time.Millisecond))
 	// the branch people push to carries only people's commits
 	if main := gitOut(t, "-C", remote, "log", "--format=%s", "main"); strings.Contains(main, "status: ") {
 		t.Fatalf("status commits on main:\n%s", main)
 	}
-	checkDemoIdentities(t, stdout.String(), dir)
+	hubURL, tokens := checkDemoIdentities(t, stdout.String(), dir)
+	checkDemoAgentUpgrade(t, hubURL, tokens["operator"], dir, remote, stdout.String(), done)
+	if logs := stderr.String(); strings.Contains(logs, "agent process exited") || strings.Count(logs, "agent process started") != 3 {
+		t.Errorf("the demo started its agent processes other than once each:\n%s", logs)
+	}
 	cancel()
 	select {
 	case code := <-done:
@@ -106,13 +131,13 @@ var (
 // checkDemoIdentities: the demo prints a console link signed in as its
 // admin, and an admin, an operator and a viewer whose tokens the hub
 // takes with their roles.
-func checkDemoIdentities(t *testing.T, out, dir string) {
+func checkDemoIdentities(t *testing.T, out, dir string) (hubURL string, tokens map[string]string) {
 	t.Helper()
 	m := demoConsole.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no console link with #token= in the demo output:\n%s", out)
 	}
-	hubURL, tokens := m[1], map[string]string{}
+	hubURL, tokens = m[1], map[string]string{}
 	for _, id := range demoIdentityLine.FindAllStringSubmatch(out, -1) {
 		if id[2] != "demo-"+id[1] {
 			t.Fatalf("identity line %q", id[0])
@@ -150,6 +175,119 @@ func checkDemoIdentities(t *testing.T, out, dir string) {
 	}
 	if _, errb, code := cli(tokens["admin"], "approval", "approve", "nope"); code != 1 || !strings.Contains(errb, "(not_found)") {
 		t.Fatalf("the admin approves an unknown request: exit %d %s", code, errb)
+	}
+	return hubURL, tokens
+}
+
+var agentVersionField = regexp.MustCompile(`"agent_version":\s*"([^"]*)"`)
+
+// checkDemoAgentUpgrade follows the demo's printed agent upgrade: the
+// agent processes (edge-01..03) run the demo build of the system BRC's
+// version; a push raising it to 0.2.0 rolls the fleetwave-agent block out
+// in waves, and each agent process downloads the 0.2.0 build from the
+// hub, re-executes itself into it (no restart: its process was started
+// once) and reports 0.2.0; its binary's path holds the 0.2.0 build, the
+// previous one kept as .prev.
+func checkDemoAgentUpgrade(t *testing.T, hubURL, token, dir, remote, out string, done <-chan int) {
+	t.Helper()
+	procs := []string{"edge-01", "edge-02", "edge-03"}
+	if !strings.Contains(out, "Agent processes: edge-01, edge-02, edge-03 run as processes") || !strings.Contains(out, `sed -i 's/"0.1.0"/"0.2.0"/' brc/fleetwave-agent.cue`) {
+		t.Fatalf("the demo output does not say how to upgrade its agent processes:\n%s", out)
+	}
+	agentVersion := func(node string) string {
+		o, _, code := runCLI("node", "get", node, "-o", "json", "--hub", hubURL, "--token", token)
+		m := agentVersionField.FindStringSubmatch(o)
+		if code != 0 || m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			select {
+			case code := <-done:
+				t.Fatalf("demo exited early with %d while waiting until %s", code, what)
+			default:
+			}
+			if time.Now().After(deadline) {
+				for _, n := range procs {
+					log, _ := os.ReadFile(filepath.Join(dir, "agents", n, "agent.log"))
+					t.Logf("%s's agent log:\n%s", n, log[max(0, len(log)-4000):])
+				}
+				t.Fatalf("timed out waiting until %s", what)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	wait("the agent processes report 0.1.0", func() bool {
+		for _, n := range procs {
+			if agentVersion(n) != "0.1.0" {
+				return false
+			}
+		}
+		return true
+	})
+
+	work := filepath.Join(dir, "work")
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=Demo User", "-c", "user.email=user@fleetwave.invalid"}, args...)...)
+		cmd.Env = append(cmd.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, b)
+		}
+	}
+	git("clone", "-q", remote, work)
+	brc := filepath.Join(work, "brc", "fleetwave-agent.cue")
+	b, err := os.ReadFile(brc)
+	if err != nil || !strings.Contains(string(b), `"0.1.0"`) {
+		t.Fatalf("%s: %v\n%s", brc, err, b)
+	}
+	writeFile(t, brc, strings.Replace(string(b), `"0.1.0"`, `"0.2.0"`, 1))
+	git("-C", work, "commit", "-qam", "agents 0.2.0")
+	git("-C", work, "push", "-q")
+	pushed := time.Now()
+
+	var answer struct {
+		Rollout fleetwave.Rollout `json:"rollout"`
+		Items   []fleetwave.Item  `json:"items"`
+	}
+	wait("fleetwave-agent-g2 completed and the agent processes report 0.2.0", func() bool {
+		o, _, code := runCLI("rollout", "get", "fleetwave-agent-g2", "-o", "json", "--hub", hubURL, "--token", token)
+		if code != 0 || json.Unmarshal([]byte(o), &answer) != nil || answer.Rollout.Status != fleetwave.RolloutCompleted {
+			return false
+		}
+		for _, n := range procs {
+			if agentVersion(n) != "0.2.0" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("agents upgraded in %v after the push", time.Since(pushed).Round(time.Millisecond))
+	waves := map[int]bool{}
+	for _, it := range answer.Items {
+		waves[it.Wave] = true
+		if it.Status != fleetwave.ItemCompleted || it.TargetVersion != "0.2.0" {
+			t.Errorf("item %s: %s %s, want completed at 0.2.0", it.Node, it.Status, it.TargetVersion)
+		}
+	}
+	if len(answer.Items) != 30 || len(waves) < 2 {
+		t.Errorf("fleetwave-agent-g2: %d items in waves %v, want 30 items in several waves", len(answer.Items), waves)
+	}
+	for _, n := range procs {
+		bin := filepath.Join(dir, "agents", n, "bin", "fleetwave")
+		for path, want := range map[string]string{bin: "0.2.0", bin + ".prev": "0.1.0"} {
+			if v, ok, err := agent.DemoBuildVersion(path); !ok || err != nil || v != want {
+				t.Errorf("%s is the build of %q (%v, %v), want %s", path, v, ok, err, want)
+			}
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "agents", n, "agent.log"))
+		if c := strings.Count(string(log), `"message":"agent starting"`); c != 2 || !strings.Contains(string(log), `"message":"agent upgraded"`) {
+			t.Errorf("%s's agent log: %d starts (want 2: the first build, then the re-executed new one), upgraded: %v", n, c, strings.Contains(string(log), "agent upgraded"))
+		}
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetwave/fleetwave"
-	"github.com/fleetwave/fleetwave/agent"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/hub"
 	"github.com/fleetwave/fleetwave/schema"
@@ -220,44 +218,5 @@ func serveCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command
 	cmd.Flags().StringVar(&configPath, "config", "", "hub configuration file")
 	cmd.Flags().StringVar(&redisMode, "redis", "", "redis: managed (default), embedded, a redis:// URL, redis-sentinel://h:p,h:p/MASTER or redis-cluster://h:p,h:p (or the hub.yaml mapping)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (overrides the config)")
-	return cmd
-}
-
-func agentCmd(newLogger func(zerolog.Level, bool) zerolog.Logger) *cobra.Command {
-	var cfg agent.Config
-	var tokenFile string
-	var addrs []string
-	cmd := &cobra.Command{
-		Use:   "agent --hub URL --node ID --token-file F --state-dir D",
-		Short: "Run one node's agent",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.HubURL == "" || cfg.Node == "" || tokenFile == "" || cfg.StateDir == "" {
-				return usageError{"agent needs --hub, --node, --token-file and --state-dir", "fleetwave agent --hub http://127.0.0.1:8080 --node edge-01 --token-file token --state-dir state"}
-			}
-			token, err := agent.ReadTokenFile(tokenFile)
-			if err != nil {
-				return err
-			}
-			cfg.Token = token
-			cfg.DataAddresses = map[string]string{}
-			for _, a := range addrs {
-				k, v, ok := strings.Cut(a, "=")
-				if !ok {
-					return usageError{"--address wants name=value", "--address data=10.0.0.5:9000"}
-				}
-				cfg.DataAddresses[k] = v
-			}
-			cfg.Logger = newLogger(zerolog.InfoLevel, false) // the agent names its node on each line
-			cfg.SelfUpgrade = true                           // this process is the agent: the built-in upgrade may replace it
-			return agent.Run(cmd.Context(), cfg)
-		},
-	}
-	cmd.Flags().StringVar(&cfg.HubURL, "hub", "", "hub URL")
-	cmd.Flags().StringVar(&cfg.Node, "node", "", "node id")
-	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding this node's bearer token")
-	cmd.Flags().StringVar(&cfg.StateDir, "state-dir", "", "directory for the agent's state and block instances")
-	cmd.Flags().StringSliceVar(&cfg.Capabilities, "capability", nil, "capability this node advertises (repeatable)")
-	cmd.Flags().StringSliceVar(&addrs, "address", nil, "data address name=value (repeatable)")
 	return cmd
 }
