@@ -155,6 +155,9 @@ func (p *demoProcAgent) runOnce(ctx context.Context, starts int) error {
 	cmd := exec.Command(p.bin, "agent", "--config", filepath.Join(p.dir, "agent.yaml"))
 	cmd.Env = append(os.Environ(), agent.DemoBuildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// a demo killed outright takes its agents with it (kept across the
+	// agent's re-exec after an upgrade)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
