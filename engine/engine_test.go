@@ -378,6 +378,11 @@ func TestFencing(t *testing.T) {
 		}
 		_, err := h.e.Campaign(ctx, "hub-b", time.Hour)
 		mustErr(t, err, ErrNotLeader)
+		// the refusal says whose lease and until when: the time to campaign again
+		var held *LeaseHeldError
+		if !errors.As(err, &held) || held.Holder != "hub-a" || !held.ExpiresAt.Equal(h.clk.Now().Add(time.Hour).Truncate(time.Millisecond)) {
+			t.Fatalf("campaign refused with %#v, want hub-a's lease until %s", err, h.clk.Now().Add(time.Hour))
+		}
 
 		h.clk.Advance(time.Hour + time.Millisecond)
 		fresh, err := h.e.Campaign(ctx, "hub-b", time.Hour)

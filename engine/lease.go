@@ -129,11 +129,14 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 		e.log.Warn().Str("owner", owner).Msg("redis restarted since the last lease: new epoch")
 	}
 	if status != "ok" {
-		holder := ""
+		held := &LeaseHeldError{}
 		if len(rest) > 0 {
-			holder = asString(rest[0])
+			held.Holder = asString(rest[0])
 		}
-		return 0, fmt.Errorf("lease held by %q: %w", holder, ErrNotLeader)
+		if len(rest) > 1 {
+			held.ExpiresAt = time.UnixMilli(asInt(rest[1])).UTC()
+		}
+		return 0, held
 	}
 	fence := asInt(rest[0])
 	e.held(fence)
@@ -157,6 +160,22 @@ func (e *Engine) Campaign(ctx context.Context, owner string, ttl time.Duration) 
 	e.log.Debug().Str("owner", owner).Int64("fence", fence).Msg("lease held")
 	return fence, nil
 }
+
+// LeaseHeldError is Campaign's answer when another owner holds a live
+// lease: errors.Is(err, ErrNotLeader) holds. ExpiresAt (on the engine's
+// clock) is when that lease ends unless renewed, so a replica can
+// campaign right then instead of at its next tick: a leader that died is
+// replaced within one TTL of its last renewal.
+type LeaseHeldError struct {
+	Holder    string
+	ExpiresAt time.Time
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("lease held by %q until %s: %v", e.Holder, e.ExpiresAt.Format(time.RFC3339Nano), ErrNotLeader)
+}
+
+func (e *LeaseHeldError) Unwrap() error { return ErrNotLeader }
 
 // Renew extends the lease of owner (hub id and instance, as given to
 // Campaign) at fence by ttl. It fails with ErrNotLeader once the lease was

@@ -377,12 +377,19 @@ func (h *Hub) leaseLoop(ctx context.Context) {
 	// finds its lease gone at its next Renew.
 	log := h.log.With().Str("owner", h.owner).Logger()
 	for {
+		next := ttl / 3
 		fence := h.currentFence()
 		if fence == 0 {
 			f, err := h.eng.Campaign(ctx, h.owner, ttl)
+			var held *engine.LeaseHeldError
 			switch {
 			case err == nil:
 				h.setFence(f)
+			case errors.As(err, &held):
+				// campaign again as the lease ends, not up to ttl/3 later:
+				// a dead leader is replaced within one TTL of its last renewal
+				next = min(next, max(held.ExpiresAt.Sub(h.clock.Now())+10*time.Millisecond, 10*time.Millisecond))
+				log.Debug().Str("holder", held.Holder).Time("expires_at", held.ExpiresAt).Msg("another hub holds the lease")
 			case errors.Is(err, engine.ErrNotLeader):
 				log.Debug().Msg("another hub holds the lease")
 			case ctx.Err() == nil:
@@ -397,7 +404,7 @@ func (h *Hub) leaseLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(ttl / 3):
+		case <-time.After(next):
 		}
 	}
 }
