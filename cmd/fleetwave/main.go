@@ -107,6 +107,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		agentCmd(newLogger),
 		demoCmd(stdout, newLogger),
 	)
+	addDevSim(root, stdout)
 	return root
 }
 

@@ -1,0 +1,273 @@
+package fleetsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// fleetwaveBinary builds ./cmd/fleetwave once (without the race detector:
+// the hub under test is a process of its own).
+func fleetwaveBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "fwsim-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fleetwave")
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			goBin = "go"
+		}
+		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/fleetwave")
+		cmd.Dir = root
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GOFLAGS=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/fleetwave: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// TestScenarioAgainstRealHub runs the scale scenario at 200 nodes against
+// a real hub process (managed redis-server, a git remote): the rollout
+// completes with every item run and reported exactly once, and every row
+// of the report is filled.
+func TestScenarioAgainstRealHub(t *testing.T) {
+	bin := fleetwaveBinary(t)
+	var progress bytes.Buffer
+	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: 200, Duration: 200 * time.Millisecond, Pushes: 2, Seed: 7,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RolloutState != fleetwave.RolloutCompleted {
+		t.Errorf("rollout %s is %s, want completed", res.Rollout, res.RolloutState)
+	}
+	if res.Items != 200 || res.Completed != 200 || res.DoneOnce != 200 || res.Duplicates != 0 {
+		t.Errorf("items %d, completed %d, done exactly once %d, duplicates %d: want 200, 200, 200, 0",
+			res.Items, res.Completed, res.DoneOnce, res.Duplicates)
+	}
+	if len(res.PushDispatch) != 3 || len(res.PushStages) != 2 {
+		t.Errorf("push samples %d and stages %d, want 3 and 2", len(res.PushDispatch), len(res.PushStages))
+	}
+	if res.Fleet.Redelivered != 0 || res.Fleet.Refused != 0 {
+		t.Errorf("fleet stats %+v: want no redelivery and no refused result", res.Fleet)
+	}
+	for _, row := range Rows([]Result{res}) {
+		if v := row.Values[0]; math.IsNaN(v) || v <= 0 {
+			t.Errorf("row %q: %v, want a measured figure", row.Name, v)
+		}
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, []Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "200 nodes") || !strings.Contains(table.String(), "makespan / ideal") {
+		t.Errorf("table lacks its header or rows:\n%s", table.String())
+	}
+	if err := xml.Unmarshal(SVG([]Result{res}), new(struct{})); err != nil {
+		t.Errorf("SVG is not well-formed XML: %v", err)
+	}
+}
+
+// fakeHub is the agent side of a hub as the wire format says, for the
+// fleet's own behaviour: it queues attempts per node, answers polls,
+// records results and asks each node once for a full report.
+type fakeHub struct {
+	mu         sync.Mutex
+	queue      map[string][]fleetwave.Attempt
+	registered map[string]int
+	reports    map[string]int
+	results    map[string][]fleetwave.AttemptResult // attempt -> results
+	askReport  map[string]bool
+	tokens     map[string]string // token -> node
+	wrongToken int
+}
+
+func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.Path, "/api/v1/agent/nodes/")
+	node, rest, _ := strings.Cut(rest, "/")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")] != node {
+		h.wrongToken++
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	switch {
+	case rest == "register" || rest == "report":
+		var rep fleetwave.Report
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil || rep.Node != node || rep.Instances == nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if rest == "register" {
+			h.registered[node]++
+		} else {
+			h.reports[node]++
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case rest == "attempts":
+		atts := h.queue[node]
+		delete(h.queue, node)
+		if atts == nil {
+			atts = []fleetwave.Attempt{}
+		}
+		ask := h.askReport[node]
+		h.askReport[node] = false
+		_ = json.NewEncoder(w).Encode(map[string]any{"attempts": atts, "report": ask})
+	case strings.HasPrefix(rest, "attempts/") && strings.HasSuffix(rest, "/result"):
+		var res fleetwave.AttemptResult
+		if err := json.NewDecoder(r.Body).Decode(&res); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		h.results[res.AttemptID] = append(h.results[res.AttemptID], res)
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+// TestFleetSpeaksTheAgentProtocol drives 60 agents through 8 pollers (so
+// they take turns): every agent registers, each attempt runs once even
+// when delivered twice, results carry the failure mix's classes and a
+// success's instance, and a poll asking for a report gets one.
+func TestFleetSpeaksTheAgentProtocol(t *testing.T) {
+	ids := make([]string, 60)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("n%02d", i)
+	}
+	nodes, _, err := Tokens(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHub{queue: map[string][]fleetwave.Attempt{}, registered: map[string]int{}, reports: map[string]int{},
+		results: map[string][]fleetwave.AttemptResult{}, askReport: map[string]bool{}, tokens: map[string]string{}}
+	for _, n := range nodes {
+		h.tokens[n.Token] = n.ID
+		att := fleetwave.Attempt{ID: "r-g1." + n.ID + ".1", Item: "r-g1." + n.ID, Rollout: "r-g1", Node: n.ID, Block: "b",
+			Action: "install", Generation: 3, TargetVersion: "1.2.3", Fence: 1}
+		h.queue[n.ID] = []fleetwave.Attempt{att, att} // delivered twice: run once
+	}
+	h.askReport["n07"] = true
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	f, err := New(Options{HubURL: srv.URL, Nodes: nodes, Duration: 10 * time.Millisecond, Transient: 0.25, Permanent: 0.25,
+		Pollers: 8, RotateWait: 10 * time.Millisecond, Seed: 3, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = f.Run(ctx); close(done) }()
+	err = waitFor(ctx, time.Minute, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.results) == len(nodes) && h.reports["n07"] == 1
+	})
+	time.Sleep(50 * time.Millisecond) // a second delivery would have run by now
+	cancel()
+	<-done
+	if err != nil {
+		t.Fatalf("%d of %d results, report of n07 %d: %v", len(h.results), len(nodes), h.reports["n07"], err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	classes := map[fleetwave.ResultClass]int{}
+	for id, rs := range h.results {
+		if len(rs) != 1 {
+			t.Errorf("attempt %s: %d results, want 1", id, len(rs))
+			continue
+		}
+		classes[rs[0].Class]++
+		if rs[0].Class == fleetwave.ResultSuccess {
+			in := rs[0].Instance
+			if in == nil || in.Version != "1.2.3" || in.Generation != 3 || in.State != fleetwave.StateInstalled || in.LastAttempt != id {
+				t.Errorf("attempt %s: success with instance %+v, want version 1.2.3, generation 3, installed", id, in)
+			}
+		}
+	}
+	for _, c := range []fleetwave.ResultClass{fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent} {
+		if classes[c] == 0 {
+			t.Errorf("no %s result among %v", c, classes)
+		}
+	}
+	for _, n := range nodes {
+		if h.registered[n.ID] != 1 {
+			t.Errorf("%s registered %d times, want once", n.ID, h.registered[n.ID])
+		}
+	}
+	if h.wrongToken != 0 {
+		t.Errorf("%d requests with another node's token", h.wrongToken)
+	}
+	st := f.Stats()
+	if st.Redelivered != int64(len(nodes)) || st.Attempts != int64(len(nodes)) || st.InFlight != 0 {
+		t.Errorf("stats %+v: want %d attempts, each redelivered once, none in flight", st, len(nodes))
+	}
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	nodes := []Node{{ID: "a", Token: "t"}}
+	for name, o := range map[string]Options{
+		"no hub":           {Nodes: nodes},
+		"no nodes":         {HubURL: "http://x"},
+		"shares above one": {HubURL: "http://x", Nodes: nodes, Transient: 0.6, Permanent: 0.5},
+		"node twice":       {HubURL: "http://x", Nodes: append(nodes, nodes...)},
+		"no token":         {HubURL: "http://x", Nodes: []Node{{ID: "a"}}},
+	} {
+		if _, err := New(o); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+	if _, err := Run(t.Context(), Scenario{Nodes: 10}); err == nil || !strings.Contains(err.Error(), "binary") {
+		t.Errorf("Run without a binary: %v", err)
+	}
+}

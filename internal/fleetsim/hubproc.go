@@ -1,0 +1,363 @@
+package fleetsim
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// gitEnv keeps the developer's git configuration out of the scenario's
+// repositories and fixes the author.
+func gitEnv() []string {
+	return append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=fleetwave scale", "GIT_AUTHOR_EMAIL=scale@fleetwave.invalid",
+		"GIT_COMMITTER_NAME=fleetwave scale", "GIT_COMMITTER_EMAIL=scale@fleetwave.invalid")
+}
+
+// git runs the git CLI in dir.
+func git(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = gitEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w\n%.2000s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Tokens makes one agent token per node and the hub.yaml map of their
+// sha256 (node -> hex digest).
+func Tokens(ids []string) ([]Node, map[string]string, error) {
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, nil, fmt.Errorf("token secret: %w", err)
+	}
+	nodes := make([]Node, 0, len(ids))
+	hashes := make(map[string]string, len(ids))
+	for _, id := range ids {
+		s := sha256.Sum256(append(append([]byte{}, secret...), id...))
+		tok := hex.EncodeToString(s[:16])
+		h := sha256.Sum256([]byte(tok))
+		nodes = append(nodes, Node{ID: id, Token: tok})
+		hashes[id] = hex.EncodeToString(h[:])
+	}
+	return nodes, hashes, nil
+}
+
+// hubProc is a `fleetwave serve` child process in its own process group.
+type hubProc struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	url     string
+	dataDir string
+	log     string
+}
+
+// freePort asks the system for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startHub writes hub.yaml into dir and starts the hub on it; it returns
+// once /readyz answers 200 (or fails after timeout).
+func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, statusInterval, timeout time.Duration, logLevel string) (*hubProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("free port: %w", err)
+	}
+	dataDir := filepath.Join(dir, "hub")
+	cfg := map[string]any{
+		"repo":      map[string]any{"url": "file://" + remote, "branch": "main", "poll_interval": "30s"},
+		"redis":     "managed",
+		"listen":    fmt.Sprintf("127.0.0.1:%d", port),
+		"data_dir":  dataDir,
+		"status":    map[string]any{"interval": statusInterval.String()},
+		"agents":    map[string]any{"tokens": tokens},
+		"lease_ttl": "15s",
+	}
+	b, err := json.Marshal(cfg) // JSON is YAML
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "hub.yaml")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "hub.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--log-level", logLevel)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = gitEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start hub: %w", err)
+	}
+	h := &hubProc{cmd: cmd, done: make(chan struct{}), url: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, log: logPath}
+	go func() { _ = cmd.Wait(); close(h.done) }()
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get(h.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return h, nil
+			}
+		}
+		select {
+		case <-h.done:
+			return nil, fmt.Errorf("hub exited before it was ready; its log %s ends:\n%s", logPath, tail(logPath, 20))
+		case <-ctx.Done():
+			h.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			h.stop()
+			return nil, fmt.Errorf("hub not ready after %v; its log %s ends:\n%s", timeout, logPath, tail(logPath, 20))
+		}
+	}
+}
+
+func (h *hubProc) pid() int { return h.cmd.Process.Pid }
+
+// stop sends SIGTERM, then SIGKILL to the group after 20 s.
+func (h *hubProc) stop() {
+	select {
+	case <-h.done:
+		return
+	default:
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-h.pid(), syscall.SIGKILL)
+		<-h.done
+	}
+}
+
+// procStat is a process's memory and CPU from /proc.
+type procStat struct {
+	RSS, HWM int64         // bytes: resident now, peak resident
+	CPU      time.Duration // user + system
+}
+
+func readProc(pid int) (procStat, error) {
+	var st procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			st.RSS = n << 10
+		case "VmHWM":
+			st.HWM = n << 10
+		}
+	}
+	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) > 12 {
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		st.CPU = time.Duration(ut+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+	}
+	return st, nil
+}
+
+// histogram is one Prometheus histogram as scraped.
+type histogram struct {
+	Sum     float64
+	Count   float64
+	Buckets map[float64]float64 // upper bound -> cumulative count
+}
+
+// Mean is the mean observation (0 without observations).
+func (h histogram) Mean() time.Duration {
+	if h.Count == 0 {
+		return 0
+	}
+	return seconds(h.Sum / h.Count)
+}
+
+// Max is the upper bound of the bucket holding the largest observation.
+func (h histogram) Max() time.Duration {
+	bounds := make([]float64, 0, len(h.Buckets))
+	for b := range h.Buckets {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	for _, b := range bounds {
+		if h.Buckets[b] >= h.Count && h.Count > 0 {
+			if math.IsInf(b, 1) {
+				return 0
+			}
+			return seconds(b)
+		}
+	}
+	return 0
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// scrapeHistograms reads the named unlabelled histograms of /metrics.
+func scrapeHistograms(url string, names ...string) (map[string]histogram, error) {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	want := map[string]bool{}
+	out := map[string]histogram{}
+	for _, n := range names {
+		want[n] = true
+		out[n] = histogram{Buckets: map[float64]float64{}}
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		name, labels, _ := strings.Cut(key, "{")
+		switch {
+		case strings.HasSuffix(name, "_bucket") && want[strings.TrimSuffix(name, "_bucket")]:
+			n := strings.TrimSuffix(name, "_bucket")
+			_, le, _ := strings.Cut(labels, `le="`)
+			le, _, _ = strings.Cut(le, `"`)
+			bound, err := strconv.ParseFloat(le, 64)
+			if err == nil {
+				out[n].Buckets[bound] = v
+			}
+		case strings.HasSuffix(name, "_sum") && want[strings.TrimSuffix(name, "_sum")]:
+			n := strings.TrimSuffix(name, "_sum")
+			h := out[n]
+			h.Sum = v
+			out[n] = h
+		case strings.HasSuffix(name, "_count") && want[strings.TrimSuffix(name, "_count")]:
+			n := strings.TrimSuffix(name, "_count")
+			h := out[n]
+			h.Count = v
+			out[n] = h
+		}
+	}
+	return out, sc.Err()
+}
+
+// redisMemory reads used_memory and used_memory_peak of the hub's managed
+// redis-server (its socket in the data dir).
+func redisMemory(ctx context.Context, dataDir string) (used, peak int64, err error) {
+	sock := filepath.Join(dataDir, "redis", "redis.sock")
+	if _, err := os.Stat(sock); err != nil {
+		return 0, 0, fmt.Errorf("managed redis socket: %w", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("redis INFO memory: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "used_memory":
+			used = n
+		case "used_memory_peak":
+			peak = n
+		}
+	}
+	if used == 0 {
+		return 0, 0, errors.New("redis INFO memory: no used_memory")
+	}
+	return used, peak, nil
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > 64<<10 {
+		_, _ = f.Seek(-64<<10, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// uptime is the load line of `uptime` (the machine's load averages).
+func uptime() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return "load average: " + strings.Join(f[:3], ", ")
+}

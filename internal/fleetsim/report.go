@@ -1,0 +1,360 @@
+package fleetsim
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// unit says how a row's values print.
+type unit int
+
+const (
+	unitDuration unit = iota // seconds
+	unitBytes
+	unitRatio
+	unitCount
+)
+
+// Row is one measured quantity across the runs of a report.
+type Row struct {
+	Name   string
+	Values []float64 // one per Result, in the results' order; NaN = not measured
+	Unit   unit
+	// Target is the largest value that meets the target (HasTarget).
+	Target    float64
+	HasTarget bool
+	Baseline  string
+}
+
+// Met reports whether value i meets the row's target.
+func (r Row) Met(i int) bool {
+	return !r.HasTarget || (!math.IsNaN(r.Values[i]) && r.Values[i] <= r.Target)
+}
+
+// Growth is the exponent k of value ~ N^k between the two largest runs
+// ("" when it cannot be told).
+func (r Row) Growth(nodes []int) string {
+	n := len(r.Values)
+	if n < 2 {
+		return ""
+	}
+	a, b := r.Values[n-2], r.Values[n-1]
+	if a <= 0 || b <= 0 || math.IsNaN(a) || math.IsNaN(b) || nodes[n-1] == nodes[n-2] {
+		return ""
+	}
+	return fmt.Sprintf("N^%.2f", math.Log(b/a)/math.Log(float64(nodes[n-1])/float64(nodes[n-2])))
+}
+
+func (r Row) format(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	switch r.Unit {
+	case unitDuration:
+		return fmtDuration(seconds(v))
+	case unitBytes:
+		return fmtBytes(v)
+	case unitRatio:
+		return fmt.Sprintf("%.2fx", v)
+	default:
+		return fmt.Sprintf("%.0f", v)
+	}
+}
+
+func (r Row) targetText() string {
+	if !r.HasTarget {
+		return "-"
+	}
+	return "<= " + r.format(r.Target)
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.0f MiB", b/(1<<20))
+	default:
+		return fmt.Sprintf("%.0f KiB", b/(1<<10))
+	}
+}
+
+// Rows turns the results of one report (one per fleet size) into rows.
+// Targets are the ones asked of 100,000 nodes on 2 cores; a smaller fleet
+// is held to the same ones.
+func Rows(results []Result) []Row {
+	col := func(f func(Result) float64) []float64 {
+		out := make([]float64, len(results))
+		for i, r := range results {
+			out[i] = f(r)
+		}
+		return out
+	}
+	dur := func(f func(Result) time.Duration) []float64 {
+		return col(func(r Result) float64 { return f(r).Seconds() })
+	}
+	maxPush := func(r Result) time.Duration {
+		var m time.Duration
+		for _, d := range r.PushDispatch {
+			m = max(m, d)
+		}
+		return m
+	}
+	stage := func(f func(PushStage) time.Duration) func(Result) time.Duration {
+		return func(r Result) time.Duration {
+			var d []time.Duration
+			for _, s := range r.PushStages {
+				d = append(d, f(s))
+			}
+			if len(d) == 0 {
+				return 0
+			}
+			slices.Sort(d)
+			return d[len(d)/2]
+		}
+	}
+	return []Row{
+		{Name: "agents registered (all, from the fleet's start)", Values: dur(func(r Result) time.Duration { return r.Register }), Unit: unitDuration},
+		{Name: "push -> first dispatch, p50", Values: dur(Result.PushDispatchP50), Unit: unitDuration, Target: 0.2, HasTarget: true},
+		{Name: "push -> first dispatch, max", Values: dur(maxPush), Unit: unitDuration},
+		{Name: "  git push itself (the client, not counted above; p50)", Values: dur(func(r Result) time.Duration { return median(r.GitPush) }), Unit: unitDuration},
+		{Name: "  of which push -> snapshot applied (p50)", Values: dur(stage(func(s PushStage) time.Duration { return s.Applied })), Unit: unitDuration},
+		{Name: "  of which push -> rollout created (p50)", Values: dur(stage(func(s PushStage) time.Duration { return s.Created })), Unit: unitDuration},
+		{Name: "  of which push -> item dispatched (p50)", Values: dur(stage(func(s PushStage) time.Duration { return s.Dispatched })), Unit: unitDuration},
+		{Name: "full validation (fleetwave validate, a process)", Values: dur(func(r Result) time.Duration { return r.Validate }), Unit: unitDuration, Target: 3, HasTarget: true,
+			Baseline: "cue vet: ~10x slower at 10k (make bench)"},
+		{Name: "hub sync of a commit (fetch, validate, apply), mean", Values: dur(func(r Result) time.Duration { return r.SyncMean }), Unit: unitDuration},
+		{Name: "plan (hub reconcile), mean", Values: dur(func(r Result) time.Duration { return r.PlanMean }), Unit: unitDuration},
+		{Name: "plan (hub reconcile), max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.PlanMax }), Unit: unitDuration},
+		{Name: "rollout makespan (first dispatch -> last item completed)", Values: dur(func(r Result) time.Duration { return r.Makespan }), Unit: unitDuration},
+		{Name: "rollout ideal (ceil(N/max_concurrent) x action)", Values: dur(func(r Result) time.Duration { return r.Ideal }), Unit: unitDuration},
+		{Name: "makespan / ideal", Values: col(func(r Result) float64 {
+			if r.Ideal == 0 {
+				return math.NaN()
+			}
+			return float64(r.Makespan) / float64(r.Ideal)
+		}), Unit: unitRatio, Target: 1.2, HasTarget: true},
+		{Name: "status commit, mean", Values: dur(func(r Result) time.Duration { return r.StatusMean }), Unit: unitDuration},
+		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
+			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},
+		{Name: "hub peak RSS", Values: col(func(r Result) float64 { return float64(r.HubRSSPeak) }), Unit: unitBytes, Target: 1 << 30, HasTarget: true},
+		{Name: "hub CPU during the rollout (cores)", Values: col(func(r Result) float64 {
+			if r.RolloutWall <= 0 {
+				return math.NaN()
+			}
+			return r.HubCPU.Seconds() / r.RolloutWall.Seconds()
+		}), Unit: unitRatio},
+		{Name: "Redis used_memory (after the rollout)", Values: col(func(r Result) float64 { return float64(r.RedisUsed) }), Unit: unitBytes},
+		{Name: "Redis used_memory_peak", Values: col(func(r Result) float64 { return float64(r.RedisPeak) }), Unit: unitBytes},
+		{Name: "GET /api/v1/summary p50 (during the rollout)", Values: dur(func(r Result) time.Duration { return r.Summary.P50 }), Unit: unitDuration},
+		{Name: "GET /api/v1/summary p99", Values: dur(func(r Result) time.Duration { return r.Summary.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
+		{Name: "GET /api/v1/rollouts/{id} p50 (every item)", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P50 }), Unit: unitDuration},
+		{Name: "GET /api/v1/rollouts/{id} p99", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
+		{Name: "items completed", Values: col(func(r Result) float64 { return float64(r.Completed) }), Unit: unitCount},
+		{Name: "items run and reported exactly once", Values: col(func(r Result) float64 { return float64(r.DoneOnce) }), Unit: unitCount},
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// WriteTable prints the rows as an aligned text table: one column per
+// fleet size, each targeted value followed by ok or MISS.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	head := []string{"measure"}
+	for _, r := range results {
+		head = append(head, fmt.Sprintf("%d nodes", r.Nodes))
+	}
+	head = append(head, "target", "growth", "baseline")
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	nodes := nodesOf(results)
+	for _, row := range Rows(results) {
+		cells := []string{row.Name}
+		for i, v := range row.Values {
+			c := row.format(v)
+			if row.HasTarget {
+				c += map[bool]string{true: " ok", false: " MISS"}[row.Met(i)]
+			}
+			cells = append(cells, c)
+		}
+		cells = append(cells, row.targetText(), row.Growth(nodes), row.Baseline)
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+// Markdown is the rows as a markdown table (the same cells as WriteTable).
+func Markdown(results []Result) string {
+	var sb strings.Builder
+	sb.WriteString("| measure |")
+	for _, r := range results {
+		fmt.Fprintf(&sb, " %d nodes |", r.Nodes)
+	}
+	sb.WriteString(" target | growth | baseline |\n|---|")
+	for range results {
+		sb.WriteString("---:|")
+	}
+	sb.WriteString("---|---|---|\n")
+	nodes := nodesOf(results)
+	for _, row := range Rows(results) {
+		fmt.Fprintf(&sb, "| %s |", row.Name)
+		for i, v := range row.Values {
+			c := row.format(v)
+			if row.HasTarget {
+				c += map[bool]string{true: " ✓", false: " **✗**"}[row.Met(i)]
+			}
+			fmt.Fprintf(&sb, " %s |", c)
+		}
+		fmt.Fprintf(&sb, " %s | %s | %s |\n", strings.ReplaceAll(row.targetText(), "<=", "≤"), row.Growth(nodes), row.Baseline)
+	}
+	return sb.String()
+}
+
+// RunsMarkdown lists each run's conditions: when, the machine's load, the
+// pollers and the rollout's shape.
+func RunsMarkdown(results []Result) string {
+	var sb strings.Builder
+	sb.WriteString("| nodes | started (UTC) | load at start | load at end | pollers | max_concurrent | action | fleet: attempts, redelivered, refused, poll errors |\n|---:|---|---|---|---:|---:|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %d | %d | %v | %d, %d, %d, %d |\n", r.Nodes, r.Started.Format("2006-01-02 15:04"), r.Load, r.LoadEnd,
+			r.Pollers, r.MaxConcurrent, r.ActionDuration, r.Fleet.Attempts, r.Fleet.Redelivered, r.Fleet.Refused, r.Fleet.PollErrors)
+	}
+	return sb.String()
+}
+
+func nodesOf(results []Result) []int {
+	out := make([]int, len(results))
+	for i, r := range results {
+		out[i] = r.Nodes
+	}
+	return out
+}
+
+// SVG plots each targeted row as its value over its target against the
+// number of nodes, both axes logarithmic; the target is the line at 1.
+func SVG(results []Result) []byte {
+	const (
+		width, height          = 830, 440
+		left, right, top, bott = 70, 300, 40, 50
+	)
+	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"}
+	var rows []Row
+	for _, r := range Rows(results) {
+		if r.HasTarget {
+			rows = append(rows, r)
+		}
+	}
+	nodes := nodesOf(results)
+	// axes ranges (log10)
+	xmin, xmax := math.Log10(float64(slicesMin(nodes))), math.Log10(float64(slicesMax(nodes)))
+	if xmax-xmin < 1 {
+		xmin, xmax = xmin-0.5, xmax+0.5
+	}
+	ymin, ymax := -2.0, 1.0
+	for _, r := range rows {
+		for _, v := range r.Values {
+			if q := v / r.Target; q > 0 && !math.IsNaN(q) {
+				ymin = math.Min(ymin, math.Floor(math.Log10(q)))
+				ymax = math.Max(ymax, math.Ceil(math.Log10(q)))
+			}
+		}
+	}
+	pw, ph := float64(width-left-right), float64(height-top-bott)
+	x := func(n int) float64 { return float64(left) + (math.Log10(float64(n))-xmin)/(xmax-xmin)*pw }
+	y := func(q float64) float64 { return float64(top) + (ymax-math.Log10(q))/(ymax-ymin)*ph }
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&sb, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	fmt.Fprintf(&sb, `<text x="%d" y="22" font-size="14" font-weight="bold">fleetwave at scale: each figure over its target (below 1 = met)</text>`+"\n", left)
+	for e := ymin; e <= ymax; e++ {
+		q := math.Pow(10, e)
+		fmt.Fprintf(&sb, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n",
+			left, float64(left)+pw, y(q), y(q), left-6, y(q)+4, q)
+	}
+	fmt.Fprintf(&sb, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="black" stroke-dasharray="6 4"/><text x="%.1f" y="%.1f">target</text>`+"\n",
+		left, float64(left)+pw, y(1), y(1), float64(left)+pw-40, y(1)-4)
+	for _, n := range nodes {
+		fmt.Fprintf(&sb, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%.1f" stroke="#eee"/><text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
+			x(n), x(n), top, float64(top)+ph, x(n), float64(top)+ph+18, humanN(n))
+	}
+	fmt.Fprintf(&sb, `<text x="%.1f" y="%d" text-anchor="middle">nodes (log)</text>`+"\n", float64(left)+pw/2, height-8)
+	fmt.Fprintf(&sb, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">figure / target (log)</text>`+"\n", float64(top)+ph/2)
+	fmt.Fprintf(&sb, `<rect x="%d" y="%d" width="%.1f" height="%.1f" fill="none" stroke="#888"/>`+"\n", left, top, pw, ph)
+	for i, r := range rows {
+		c := colors[i%len(colors)]
+		var pts []string
+		for j, v := range r.Values {
+			q := v / r.Target
+			if q <= 0 || math.IsNaN(q) {
+				continue
+			}
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(nodes[j]), y(q)))
+			fmt.Fprintf(&sb, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>`+"\n", x(nodes[j]), y(q), c)
+		}
+		if len(pts) > 1 {
+			fmt.Fprintf(&sb, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), c)
+		}
+		ly := top + 10 + i*20
+		fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s (%s)</text>`+"\n",
+			width-right+12, width-right+32, ly, ly, c, width-right+38, ly+4, xmlEscape(shortName(r.Name)), xmlEscape(r.targetText()))
+	}
+	sb.WriteString("</svg>\n")
+	return []byte(sb.String())
+}
+
+func shortName(s string) string {
+	s, _, _ = strings.Cut(s, " (")
+	return strings.TrimSuffix(s, ",")
+}
+
+func xmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func humanN(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+func slicesMin(v []int) int {
+	m := v[0]
+	for _, x := range v {
+		m = min(m, x)
+	}
+	return m
+}
+
+func slicesMax(v []int) int {
+	m := v[0]
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}

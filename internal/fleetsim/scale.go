@@ -1,0 +1,598 @@
+package fleetsim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/fleetgen"
+)
+
+// Scenario configures one scale run (Run).
+type Scenario struct {
+	// Bin is the fleetwave binary the hub runs as (`fleetwave serve`).
+	Bin   string
+	Nodes int
+	// Dir is the working directory (repositories, hub data, hub log); ""
+	// makes a temporary one, removed afterwards unless Keep.
+	Dir  string
+	Keep bool
+	// Duration is each simulated action's duration (default 500ms).
+	Duration time.Duration
+	// MaxConcurrent is the rollout's max_concurrent (default Nodes/20, at
+	// least 10): the ideal makespan is ceil(Nodes/MaxConcurrent) x Duration.
+	MaxConcurrent int
+	// Pushes is how many probe pushes sample push -> first dispatch while
+	// the rollout runs (default 5), besides the push starting the rollout.
+	Pushes int
+	// Pollers, H2C and LocalAddrs are the fleet's (Options).
+	Pollers    int
+	H2C        bool
+	LocalAddrs []string
+	// StatusInterval is the hub's status.interval (default 2s).
+	StatusInterval time.Duration
+	// HubLogLevel is the hub's --log-level (default warn: info logs a line
+	// per attempt delivered and per result).
+	HubLogLevel string
+	// Timeout bounds the whole run (default 10 min + 20 ms per node).
+	Timeout time.Duration
+	Seed    int64
+	Logger  zerolog.Logger
+	// Progress receives one line per phase (nil: none).
+	Progress io.Writer
+}
+
+// Latency is a sample of request latencies.
+type Latency struct {
+	N        int
+	P50, P99 time.Duration
+	Errors   int
+}
+
+func latencyOf(d []time.Duration, errs int) Latency {
+	if len(d) == 0 {
+		return Latency{Errors: errs}
+	}
+	slices.Sort(d)
+	return Latency{N: len(d), P50: d[len(d)/2], P99: d[min(len(d)-1, len(d)*99/100)], Errors: errs}
+}
+
+// Result is what one scale run measured.
+type Result struct {
+	Nodes, Pollers, MaxConcurrent int
+	ActionDuration                time.Duration
+	Started                       time.Time
+	Load                          string // the machine's load averages at the start
+	LoadEnd                       string // and at the end
+
+	Validate     time.Duration // `fleetwave validate` of the whole tree, wall time
+	Register     time.Duration // every agent registered, from the fleet's start
+	PushDispatch []time.Duration
+	PushStages   []PushStage     // the probe pushes' stages
+	GitPush      []time.Duration // the git CLI's push of each commit (not counted above)
+	SyncMean     time.Duration   // hub: fetch, validate and apply a commit (mean)
+	SyncMax      time.Duration   // upper bound of the slowest one's bucket
+	PlanMean     time.Duration   // hub: plan the fleet and hand rollouts to the engine
+	PlanMax      time.Duration
+	StatusMean   time.Duration // hub: build and push a status commit
+	StatusMax    time.Duration
+	StatusCount  int
+	Makespan     time.Duration // the rollout's first dispatch -> its last item completed
+	Ideal        time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
+	HubRSSPeak   int64         // bytes (VmHWM)
+	HubCPU       time.Duration // hub CPU time during the rollout
+	RolloutWall  time.Duration // the rollout's wall time for HubCPU (push -> last result)
+	RedisUsed    int64
+	RedisPeak    int64
+	Summary      Latency // GET /api/v1/summary while the rollout ran
+	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran
+	Rollout      string  // the rollout's id
+	RolloutState fleetwave.RolloutStatus
+	Items        int // items of the rollout (API)
+	Completed    int // of them completed
+	DoneOnce     int // completed items the fleet ran and reported exactly once
+	Duplicates   int // items with more than one success taken
+	Fleet        Stats
+}
+
+// PushStage splits one push -> first dispatch into the hub's stages, each
+// counted from the push: the snapshot applied (the summary's sync.at), the
+// rollout created, its item dispatched (queued for the agent), the attempt
+// received by the agent.
+type PushStage struct {
+	Applied, Created, Dispatched, Received time.Duration
+}
+
+// pushStages reads the stages of a probe push from the API (zero where
+// the API no longer tells).
+func pushStages(ctx context.Context, hubURL, rollout string, pushed, received time.Time) PushStage {
+	st := PushStage{Received: received.Sub(pushed)}
+	c := &http.Client{Timeout: 30 * time.Second}
+	var sum fleetwave.Summary
+	if _, err := timedGet(ctx, c, hubURL+"/api/v1/summary", &sum); err == nil && !sum.Sync.At.IsZero() {
+		st.Applied = sum.Sync.At.Sub(pushed)
+	}
+	var page struct {
+		Rollout fleetwave.Rollout `json:"rollout"`
+		Items   []fleetwave.Item  `json:"items"`
+	}
+	if _, err := timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+rollout, &page); err == nil {
+		st.Created = page.Rollout.CreatedAt.Sub(pushed)
+		if len(page.Items) > 0 && !page.Items[0].DispatchedAt.IsZero() {
+			st.Dispatched = page.Items[0].DispatchedAt.Sub(pushed)
+		}
+	}
+	return st
+}
+
+// PushDispatchP50 is the median push -> first dispatch (0 without samples).
+func (r Result) PushDispatchP50() time.Duration {
+	if len(r.PushDispatch) == 0 {
+		return 0
+	}
+	d := slices.Clone(r.PushDispatch)
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+const (
+	mainBRC   = "scale-main"
+	mainBlock = "block-000"
+	probeBRC  = "scale-probe"
+	probeNode = "node-000000"
+)
+
+// tracker records what the fleet saw of the scenario's rollouts.
+type tracker struct {
+	mu         sync.Mutex
+	mainID     string
+	firstMain  time.Time
+	probeSeen  map[string]time.Time // probe target version -> first attempt
+	probeRoll  map[string]string    // probe target version -> its rollout
+	mainDone   map[string]int       // main item -> successes taken
+	lastDone   time.Time
+	mainFailed int
+}
+
+func (t *tracker) attempt(a fleetwave.Attempt, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case strings.HasPrefix(a.Rollout, mainBRC+"-g"):
+		if t.mainID == "" {
+			t.mainID, t.firstMain = a.Rollout, at
+		}
+	case strings.HasPrefix(a.Rollout, probeBRC+"-g"):
+		if _, ok := t.probeSeen[a.TargetVersion]; !ok {
+			t.probeSeen[a.TargetVersion] = at
+			t.probeRoll[a.TargetVersion] = a.Rollout
+		}
+	}
+}
+
+func (t *tracker) result(a fleetwave.Attempt, res fleetwave.AttemptResult, err error, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a.Rollout != t.mainID || err != nil {
+		return
+	}
+	switch res.Class {
+	case fleetwave.ResultSuccess:
+		t.mainDone[a.Item]++
+		t.lastDone = at
+	case fleetwave.ResultPermanent:
+		t.mainFailed++
+		t.lastDone = at
+	}
+}
+
+func (t *tracker) main() (id string, first time.Time, done int, failed int, last time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mainID, t.firstMain, len(t.mainDone), t.mainFailed, t.lastDone
+}
+
+func (t *tracker) probe(version string) (time.Time, string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.probeSeen[version]
+	return at, t.probeRoll[version], ok
+}
+
+// Run runs one scale scenario: it writes a repository of sc.Nodes nodes
+// with internal/fleetgen, starts a hub process and a fleet, rolls a block
+// out to every node and measures it. It fails only when the scenario could
+// not run; a missed target is a figure of the Result.
+func Run(ctx context.Context, sc Scenario) (res Result, err error) {
+	if sc.Bin == "" {
+		return res, errors.New("scale: no fleetwave binary")
+	}
+	if sc.Nodes < 2 {
+		return res, fmt.Errorf("scale: %d nodes: want at least 2", sc.Nodes)
+	}
+	if sc.Duration <= 0 {
+		sc.Duration = 500 * time.Millisecond
+	}
+	if sc.MaxConcurrent <= 0 {
+		sc.MaxConcurrent = max(10, sc.Nodes/20)
+	}
+	if sc.Pushes <= 0 {
+		sc.Pushes = 5
+	}
+	if sc.StatusInterval <= 0 {
+		sc.StatusInterval = 2 * time.Second
+	}
+	if sc.HubLogLevel == "" {
+		sc.HubLogLevel = "warn"
+	}
+	if sc.Timeout <= 0 {
+		sc.Timeout = 10*time.Minute + time.Duration(sc.Nodes)*20*time.Millisecond
+	}
+	progress := sc.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	say := func(format string, args ...any) {
+		fmt.Fprintf(progress, "scale %d: "+format+"\n", append([]any{sc.Nodes}, args...)...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, sc.Timeout)
+	defer cancel()
+
+	res = Result{Nodes: sc.Nodes, MaxConcurrent: sc.MaxConcurrent, ActionDuration: sc.Duration, Started: time.Now().UTC(), Load: uptime()}
+	dir := sc.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "fwscale"); err != nil {
+			return res, err
+		}
+		if !sc.Keep {
+			defer os.RemoveAll(dir)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	work, remote := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+
+	// the repository: fleetgen's fleet, two blocks, no BRC yet
+	start := time.Now()
+	if err := fleetgen.Generate(work, sc.Nodes, 0, 2, sc.Seed); err != nil {
+		return res, err
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "fleet"}} {
+		if _, err := git(ctx, work, args...); err != nil {
+			return res, err
+		}
+	}
+	if _, err := git(ctx, dir, "init", "-q", "--bare", "-b", "main", remote); err != nil {
+		return res, err
+	}
+	if _, err := git(ctx, work, "push", "-q", remote, "main"); err != nil {
+		return res, err
+	}
+	say("repository of %d nodes written and pushed in %v", sc.Nodes, time.Since(start).Round(time.Millisecond))
+
+	// full validation, as a user runs it (a process of its own)
+	start = time.Now()
+	if out, err := exec.CommandContext(ctx, sc.Bin, "validate", work).CombinedOutput(); err != nil {
+		return res, fmt.Errorf("fleetwave validate: %w\n%.2000s", err, out)
+	}
+	res.Validate = time.Since(start)
+	say("validate: %v", res.Validate.Round(time.Millisecond))
+
+	ids := make([]string, sc.Nodes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node-%06d", i)
+	}
+	nodes, hashes, err := Tokens(ids)
+	if err != nil {
+		return res, err
+	}
+	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, sc.StatusInterval, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
+	if err != nil {
+		return res, err
+	}
+	defer hub.stop()
+	say("hub ready at %s (pid %d, log %s)", hub.url, hub.pid(), hub.log)
+
+	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{}}
+	fleet, err := New(Options{
+		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
+		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
+		// full reports as often as a real agent sends them: an attempt the
+		// hub counted lost (a late result) is settled by the next report
+		ReportEvery: 30 * time.Second,
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Pollers = fleet.Pollers()
+	fctx, stopFleet := context.WithCancel(ctx)
+	fleetDone := make(chan struct{})
+	go func() { _ = fleet.Run(fctx); close(fleetDone) }()
+	defer func() { stopFleet(); <-fleetDone }()
+	start = time.Now()
+	if err := waitFor(ctx, 5*time.Minute+time.Duration(sc.Nodes)*5*time.Millisecond, func() bool {
+		return fleet.Stats().Registered == int64(sc.Nodes)
+	}); err != nil {
+		return res, fmt.Errorf("registration: %d of %d agents registered: %w", fleet.Stats().Registered, sc.Nodes, err)
+	}
+	res.Register = time.Since(start)
+	say("%d agents registered in %v (%d pollers)", sc.Nodes, res.Register.Round(time.Millisecond), res.Pollers)
+
+	// the fleet-wide rollout and the first probe, in one push
+	cpu0, _ := readProc(hub.pid())
+	var probeMu sync.Mutex // guards res.PushDispatch, PushStages, GitPush and the API samples
+	push := func(version, msg string, withMain bool) (time.Time, error) {
+		files := map[string]string{"brc/" + probeBRC + ".cue": brcProbe(version)}
+		if withMain {
+			files["brc/"+mainBRC+".cue"] = brcMain(sc.MaxConcurrent)
+		}
+		for name, body := range files {
+			if err := os.WriteFile(filepath.Join(work, name), []byte(body), 0o644); err != nil {
+				return time.Time{}, err
+			}
+		}
+		if _, err := git(ctx, work, "add", "-A"); err != nil {
+			return time.Time{}, err
+		}
+		if _, err := git(ctx, work, "commit", "-q", "-m", msg); err != nil {
+			return time.Time{}, err
+		}
+		// counted from when the push landed (git push returned), as the
+		// sync benchmark of the hub package does: the git client's own
+		// time (packing, receive-pack) is the pusher's, not the hub's
+		start := time.Now()
+		_, err := git(ctx, work, "push", "-q", remote, "main")
+		probeMu.Lock()
+		res.GitPush = append(res.GitPush, time.Since(start))
+		probeMu.Unlock()
+		return time.Now(), err
+	}
+	if err := os.MkdirAll(filepath.Join(work, "brc"), 0o755); err != nil {
+		return res, err
+	}
+	pushed, err := push("0.0.1", "roll block-000 out to every node", true)
+	if err != nil {
+		return res, err
+	}
+	if err := waitFor(ctx, 5*time.Minute, func() bool { id, _, _, _, _ := tr.main(); return id != "" }); err != nil {
+		return res, fmt.Errorf("no attempt of %s dispatched: %w; hub log:\n%s", mainBRC, err, tail(hub.log, 20))
+	}
+	mainID, firstMain, _, _, _ := tr.main()
+	res.Rollout = mainID
+	res.PushDispatch = append(res.PushDispatch, firstMain.Sub(pushed))
+	say("rollout %s: first dispatch %v after the push", mainID, firstMain.Sub(pushed).Round(time.Millisecond))
+
+	// API latency while the rollout runs
+	var sumLat, pageLat []time.Duration
+	var sumErr, pageErr int
+	var lastState fleetwave.RolloutStatus
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		c := &http.Client{Timeout: 30 * time.Second}
+		for probeCtx.Err() == nil {
+			d, err := timedGet(probeCtx, c, hub.url+"/api/v1/summary", nil)
+			probeMu.Lock()
+			if err != nil {
+				sumErr++
+			} else {
+				sumLat = append(sumLat, d)
+			}
+			probeMu.Unlock()
+			var page struct {
+				Rollout fleetwave.Rollout `json:"rollout"`
+			}
+			d, err = timedGet(probeCtx, c, hub.url+"/api/v1/rollouts/"+mainID, &page)
+			probeMu.Lock()
+			if err != nil {
+				pageErr++
+			} else {
+				pageLat = append(pageLat, d)
+				lastState = page.Rollout.Status
+			}
+			probeMu.Unlock()
+			_ = sleep(probeCtx, 200*time.Millisecond)
+		}
+	}()
+
+	// probe pushes while the rollout runs: each bumps the probe BRC
+	ideal := time.Duration((sc.Nodes+sc.MaxConcurrent-1)/sc.MaxConcurrent) * sc.Duration
+	res.Ideal = ideal
+	probesDone := make(chan error, 1)
+	go func() {
+		spacing := max(ideal/time.Duration(sc.Pushes+1), 300*time.Millisecond)
+		for k := 2; k <= sc.Pushes+1; k++ {
+			if sleep(ctx, spacing) != nil {
+				probesDone <- ctx.Err()
+				return
+			}
+			version := fmt.Sprintf("0.0.%d", k)
+			at, err := push(version, "probe "+version, false)
+			if err != nil {
+				probesDone <- err
+				return
+			}
+			if err := waitFor(ctx, 2*time.Minute, func() bool { _, _, ok := tr.probe(version); return ok }); err != nil {
+				probesDone <- fmt.Errorf("probe %s never dispatched: %w", version, err)
+				return
+			}
+			seen, rollout, _ := tr.probe(version)
+			stage := pushStages(ctx, hub.url, rollout, at, seen)
+			probeMu.Lock()
+			res.PushDispatch = append(res.PushDispatch, seen.Sub(at))
+			res.PushStages = append(res.PushStages, stage)
+			probeMu.Unlock()
+		}
+		probesDone <- nil
+	}()
+
+	finished := func() bool {
+		_, _, done, failed, _ := tr.main()
+		probeMu.Lock()
+		st := lastState
+		probeMu.Unlock()
+		return done+failed >= sc.Nodes || st == fleetwave.RolloutCompleted || st == fleetwave.RolloutBlocked || st == fleetwave.RolloutCancelled
+	}
+	waitErr := waitFor(ctx, sc.Timeout, finished)
+	_, _, done, _, last := tr.main()
+	cpu1, _ := readProc(hub.pid())
+	res.Makespan = last.Sub(firstMain)
+	res.RolloutWall = last.Sub(pushed)
+	res.HubCPU = cpu1.CPU - cpu0.CPU
+	if waitErr != nil {
+		stopProbe()
+		<-probeDone
+		return res, fmt.Errorf("rollout %s: %d of %d items done: %w", mainID, done, sc.Nodes, waitErr)
+	}
+	say("rollout %s: %d items done, makespan %v (ideal %v)", mainID, done, res.Makespan.Round(time.Millisecond), ideal)
+	if err := <-probesDone; err != nil {
+		stopProbe()
+		<-probeDone
+		return res, err
+	}
+	stopProbe()
+	<-probeDone
+	res.Summary, res.RolloutPage = latencyOf(sumLat, sumErr), latencyOf(pageLat, pageErr)
+
+	// a status commit after the rollout
+	names := []string{"fleetwave_sync_seconds", "fleetwave_reconcile_seconds", "fleetwave_status_commit_seconds"}
+	h0, err := scrapeHistograms(hub.url, names...)
+	if err != nil {
+		return res, err
+	}
+	var hs map[string]histogram
+	if err := waitFor(ctx, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, func() bool {
+		hs, err = scrapeHistograms(hub.url, names...)
+		return err == nil && hs["fleetwave_status_commit_seconds"].Count > h0["fleetwave_status_commit_seconds"].Count
+	}); err != nil {
+		return res, fmt.Errorf("no status commit after the rollout: %w", err)
+	}
+	syncH, plan, status := hs[names[0]], hs[names[1]], hs[names[2]]
+	res.SyncMean, res.SyncMax = syncH.Mean(), syncH.Max()
+	res.PlanMean, res.PlanMax = plan.Mean(), plan.Max()
+	res.StatusMean, res.StatusMax, res.StatusCount = status.Mean(), status.Max(), int(status.Count)
+
+	// the rollout as the API tells it, against what the fleet ran
+	var page struct {
+		Rollout fleetwave.Rollout `json:"rollout"`
+		Items   []fleetwave.Item  `json:"items"`
+	}
+	if _, err := timedGet(ctx, &http.Client{Timeout: time.Minute}, hub.url+"/api/v1/rollouts/"+mainID, &page); err != nil {
+		return res, fmt.Errorf("read rollout %s: %w", mainID, err)
+	}
+	succ := fleet.Successes()
+	res.RolloutState, res.Items = page.Rollout.Status, len(page.Items)
+	for _, it := range page.Items {
+		// an item settled by a report rather than its result ends then
+		if d := it.CompletedAt.Sub(firstMain); it.Status == fleetwave.ItemCompleted && d > res.Makespan {
+			res.Makespan = d
+		}
+		if it.Status == fleetwave.ItemCompleted {
+			res.Completed++
+			if succ[it.ID] == 1 && it.Attempts == 1 {
+				res.DoneOnce++
+			}
+		}
+	}
+	for item, n := range succ {
+		if n > 1 && strings.HasPrefix(item, mainID+".") {
+			res.Duplicates++
+		}
+	}
+	st, err := readProc(hub.pid())
+	if err != nil {
+		return res, fmt.Errorf("hub process: %w", err)
+	}
+	res.HubRSSPeak = st.HWM
+	if res.RedisUsed, res.RedisPeak, err = redisMemory(ctx, hub.dataDir); err != nil {
+		return res, err
+	}
+	res.Fleet = fleet.Stats()
+	res.LoadEnd = uptime()
+	say("done: status commit mean %v, hub peak RSS %d MiB, redis %d MiB", res.StatusMean.Round(time.Millisecond), res.HubRSSPeak>>20, res.RedisUsed>>20)
+	return res, nil
+}
+
+func brcMain(maxConcurrent int) string {
+	return fmt.Sprintf(`kind: "trigger"
+name: %q
+block_name: %q
+target_version: "1.0.0"
+managed_by: "scale"
+max_concurrent: %d
+failure_threshold_percent: 100
+max_retries: 3
+quiescence_seconds: 0
+bypass_maintenance_window: true
+`, mainBRC, mainBlock, maxConcurrent)
+}
+
+func brcProbe(version string) string {
+	return fmt.Sprintf(`kind: "trigger"
+name: %q
+block_name: "block-001"
+target_version: %q
+managed_by: "probe"
+nodes: [%q]
+max_concurrent: 1
+quiescence_seconds: 0
+bypass_maintenance_window: true
+`, probeBRC, version, probeNode)
+}
+
+// timedGet GETs url, decodes a 200 answer into out (when not nil) and
+// returns the time to the whole answer.
+func timedGet(ctx context.Context, c *http.Client, url string, out any) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return 0, fmt.Errorf("GET %s: %w", url, err)
+		}
+	}
+	return d, nil
+}
+
+// waitFor checks cond every 5 ms until it holds, ctx ends or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", timeout)
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
