@@ -7,13 +7,13 @@ import (
 )
 
 // TestDeps enforces the import direction of ARCHITECTURE.md:
-// cmd -> hub|agent|api -> gitsync|schema|reconciler|engine -> fleetwave.
+// cmd -> hub|agent|api -> gitsync|schema|reconciler|engine|status -> fleetwave.
 func TestDeps(t *testing.T) {
 	const mod = "github.com/fleetwave/fleetwave"
-	capabilities := []string{"gitsync", "schema", "reconciler", "engine"}
+	capabilities := []string{"gitsync", "schema", "reconciler", "engine", "status"}
 	bad := map[string]map[string]string{ // package -> forbidden import -> reason
 		"": {"*": "the root package holds shared nouns only: standard library imports"},
-		"agent": {"api": "agents share only the wire format", "hub": "agents talk HTTP to the hub", "engine": "agents never touch Redis",
+		"agent": {"api": "agents share only the wire format", "hub": "agents talk HTTP to the hub", "engine": "agents never touch Redis", "status": "agents never read status",
 			"gitsync": "agents never touch Git", "schema": "agents run what they are sent", "reconciler": "agents do not plan"},
 		"api": {"hub": "the API reads the hub through its own interface", "agent": "edge packages do not import each other",
 			"engine": "the API goes through the hub", "gitsync": "the API goes through the hub", "reconciler": "the API goes through the hub"},

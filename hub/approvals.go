@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
 	"regexp"
 	"slices"
 	"sort"
@@ -22,6 +21,7 @@ import (
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
+	"github.com/fleetwave/fleetwave/status"
 )
 
 // The approval gate (hub.yaml approval): two-person control of config
@@ -680,27 +680,32 @@ func (h *Hub) loadGitApprovals(files map[string][]byte) {
 	history := map[string]map[string][]string{}
 	cursor := ""
 	for p, data := range files {
-		switch {
-		case strings.HasPrefix(p, "status/approvals/") && path.Ext(p) == ".yaml":
-			var a fleetwave.Approval
-			if err := yaml.Unmarshal(data, &a); err == nil && a.ID != "" {
-				approvals[a.ID] = a
+		switch kind, _ := status.ParsePath(p); kind {
+		case status.KindApproval:
+			doc, err := status.DecodeApproval(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("approval record unreadable; not restored")
+				continue
 			}
-		case strings.HasPrefix(p, "status/nodes/"):
-			var doc struct {
-				Node    string              `yaml:"node"`
-				History map[string][]string `yaml:"observed_versions"`
+			if doc.ID != "" {
+				approvals[doc.ID] = doc.Approval
 			}
-			if err := yaml.Unmarshal(data, &doc); err == nil && doc.Node != "" && len(doc.History) > 0 {
-				history[doc.Node] = doc.History
+		case status.KindNode:
+			doc, err := status.DecodeNode(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("node status unreadable; its observed versions not restored")
+				continue
 			}
-		case p == "status/summary.yaml":
-			var doc struct {
-				Approval struct {
-					Cursor string `yaml:"cursor"`
-				} `yaml:"approval"`
+			if doc.Node != "" && len(doc.ObservedVersions) > 0 {
+				history[doc.Node] = doc.ObservedVersions
 			}
-			if err := yaml.Unmarshal(data, &doc); err == nil {
+		case status.KindSummary:
+			doc, err := status.DecodeSummary(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("summary unreadable; approval cursor not restored")
+				continue
+			}
+			if doc.Approval != nil {
 				cursor = doc.Approval.Cursor
 			}
 		}
@@ -756,21 +761,17 @@ func (h *Hub) restoreApprovals(ctx context.Context, fence int64) {
 	}
 }
 
-// approvalDocs renders status/approvals/<id>.yaml for every request.
+// approvalDocs renders the status document of every request.
 func (h *Hub) approvalDocs(list []fleetwave.Approval, files map[string][]byte) error {
 	h.mu.Lock()
 	waits := h.approvalWaits
 	h.mu.Unlock()
 	for _, a := range list {
-		doc := struct {
-			fleetwave.Approval
-			Waiting string `json:"waiting,omitempty"`
-		}{a, waits[a.ID]}
-		data, err := toYAML(doc)
+		data, err := status.EncodeApproval(status.Approval{Approval: a, Waiting: waits[a.ID]})
 		if err != nil {
-			return err
+			return fmt.Errorf("approval %s: %w", a.ID, err)
 		}
-		files["status/approvals/"+a.ID+".yaml"] = data
+		files[status.ApprovalPath(a.ID)] = data
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/api"
@@ -25,6 +24,7 @@ import (
 	"github.com/fleetwave/fleetwave/internal/credstore"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
+	"github.com/fleetwave/fleetwave/status"
 )
 
 // Hub follows the config repository and drives the fleet.
@@ -466,31 +466,26 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	status, err := h.repo.StatusFiles(ctx, tip)
+	files, err := h.repo.StatusFiles(ctx, tip)
 	if err != nil {
 		return err
 	}
-	data, ok := status["status/summary.yaml"]
+	data, ok := files[status.SummaryPath]
 	if !ok {
 		return nil
 	}
-	var doc struct {
-		Marks map[fleetwave.ObjectKey]int64 `yaml:"generation_marks"`
-		Sync  struct {
-			Applied string `yaml:"applied"`
-		} `yaml:"sync"`
-	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("status/summary.yaml: %w", err)
+	doc, err := status.DecodeSummary(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", status.SummaryPath, err)
 	}
 	h.mu.Lock()
 	h.statusApplied = doc.Sync.Applied
 	h.mu.Unlock()
-	if len(doc.Marks) == 0 || len(h.repo.HighWater()) > 0 {
+	if len(doc.GenerationMarks) == 0 || len(h.repo.HighWater()) > 0 {
 		return nil // nothing to restore, or the mirror kept its own
 	}
-	h.log.Info().Int("objects", len(doc.Marks)).Msg("generation marks restored from status")
-	return h.repo.SeedHighWater(doc.Marks)
+	h.log.Info().Int("objects", len(doc.GenerationMarks)).Msg("generation marks restored from status")
+	return h.repo.SeedHighWater(doc.GenerationMarks)
 }
 
 // fenceFloor is the highest fencing token committed to Git (the trailer of

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
+	"github.com/fleetwave/fleetwave/status"
 )
 
 // PlanReport is what a change between two revisions would do: the output of
@@ -226,12 +225,12 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 		}
 	}
 	if statusAt != "" {
-		status, err := repo.StatusFiles(ctx, statusAt)
+		files, err := repo.StatusFiles(ctx, statusAt)
 		if err != nil {
 			return nil, err
 		}
-		obs = observationsFromStatus(status)
-		st = readPlanStatus(status)
+		obs = observationsFromStatus(files)
+		st = readPlanStatus(files)
 	}
 	switch {
 	case req.ApprovalRequired != nil:
@@ -340,28 +339,18 @@ type planStatus struct {
 func readPlanStatus(files map[string][]byte) planStatus {
 	st := planStatus{history: map[string]map[string][]string{}}
 	for p, data := range files {
-		switch {
-		case p == "status/summary.yaml":
-			var doc struct {
-				Approval *struct {
-					Required bool `yaml:"required"`
-				} `yaml:"approval"`
-			}
-			if yaml.Unmarshal(data, &doc) == nil && doc.Approval != nil {
+		switch kind, _ := status.ParsePath(p); kind {
+		case status.KindSummary:
+			if doc, err := status.DecodeSummary(data); err == nil && doc.Approval != nil {
 				st.policyKnown, st.approvalRequired = true, doc.Approval.Required
 			}
-		case strings.HasPrefix(p, "status/approvals/"):
-			var a fleetwave.Approval
-			if yaml.Unmarshal(data, &a) == nil && a.ID != "" {
-				st.approvals = append(st.approvals, a)
+		case status.KindApproval:
+			if doc, err := status.DecodeApproval(data); err == nil && doc.ID != "" {
+				st.approvals = append(st.approvals, doc.Approval)
 			}
-		case strings.HasPrefix(p, "status/nodes/"):
-			var doc struct {
-				Node    string              `yaml:"node"`
-				History map[string][]string `yaml:"observed_versions"`
-			}
-			if yaml.Unmarshal(data, &doc) == nil && doc.Node != "" {
-				st.history[doc.Node] = doc.History
+		case status.KindNode:
+			if doc, err := status.DecodeNode(data); err == nil && doc.Node != "" {
+				st.history[doc.Node] = doc.ObservedVersions
 			}
 		}
 	}
@@ -504,39 +493,20 @@ func shortHash(h string) string {
 	return h
 }
 
-// nodeStatus is the shape of status/nodes/<id>.yaml (see statusFiles).
-type nodeStatus struct {
-	Node         string   `yaml:"node"`
-	AgentVersion string   `yaml:"agent_version"`
-	Capabilities []string `yaml:"capabilities"`
-	Instances    []struct {
-		Block      string `yaml:"block"`
-		Version    string `yaml:"version"`
-		ConfigHash string `yaml:"config_hash"`
-		Generation int64  `yaml:"generation"`
-		State      string `yaml:"state"`
-		ManagedBy  string `yaml:"managed_by"`
-	} `yaml:"instances"`
-}
-
 // observationsFromStatus reads the observed instances back from committed
-// status/nodes files; unreadable files are ignored (the hub rewrites them).
+// node documents; unreadable ones are ignored (the hub rewrites them). A
+// node that never reported is read as a report with no instances.
 func observationsFromStatus(files map[string][]byte) fleetwave.Observations {
 	obs := fleetwave.Observations{}
 	for p, data := range files {
-		if !strings.HasPrefix(p, "status/nodes/") {
+		if kind, _ := status.ParsePath(p); kind != status.KindNode {
 			continue
 		}
-		var ns nodeStatus
-		if err := yaml.Unmarshal(data, &ns); err != nil || ns.Node == "" {
+		doc, err := status.DecodeNode(data)
+		if err != nil || doc.Node == "" {
 			continue
 		}
-		r := &fleetwave.Report{Node: ns.Node, AgentVersion: ns.AgentVersion, Capabilities: ns.Capabilities, Instances: []fleetwave.InstanceStatus{}}
-		for _, in := range ns.Instances {
-			r.Instances = append(r.Instances, fleetwave.InstanceStatus{Block: in.Block, Version: in.Version, ConfigHash: in.ConfigHash,
-				Generation: in.Generation, State: fleetwave.DesiredState(in.State), ManagedBy: in.ManagedBy})
-		}
-		obs[ns.Node] = r
+		obs[doc.Node] = doc.Observation()
 	}
 	return obs
 }

@@ -2,20 +2,17 @@ package hub
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/reconciler"
+	"github.com/fleetwave/fleetwave/status"
 )
 
 // statusStep writes status/ back to the repository when the engine's state
@@ -164,8 +161,9 @@ type statusBatch struct {
 	lost []string
 }
 
-// statusFiles renders status/summary.yaml, status/rollouts/<id>.yaml and
-// status/nodes/<id>.yaml. It never includes rendered configs or payloads.
+// statusFiles renders the status documents (package status): the summary,
+// one per rollout, node and approval request. It never includes rendered
+// configs or payloads.
 // The document of a finished rollout is left out (the committed file stays)
 // once a landed commit holds its final state, unless the outbox names it
 // again (changed); finished lists the finished rollouts written this time.
@@ -191,37 +189,21 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	snap, syncState := h.snapshot, h.sync
 	h.mu.Unlock()
 
-	type rolloutLine struct {
-		ID       string             `json:"id"`
-		Status   string             `json:"status"`
-		Reason   string             `json:"reason,omitempty"`
-		Wave     int                `json:"wave"`
-		Source   string             `json:"source"`
-		Counters fleetwave.Counters `json:"counters"`
-	}
-	var lines []rolloutLine
+	var lines []status.RolloutLine
 	// the items that wait on each node (pending, ambiguous), with why
-	type waitingItem struct {
-		Rollout string `json:"rollout"`
-		Item    string `json:"item"`
-		Block   string `json:"block"`
-		Action  string `json:"action"`
-		Status  string `json:"status"`
-		Reason  string `json:"reason,omitempty"`
-	}
-	waitingByNode := map[string][]waitingItem{}
+	waitingByNode := map[string][]status.WaitingItem{}
 	subject = "status: summary"
 	h.mu.Lock()
 	var lost []string
 	for id, doc := range h.lostDocs {
-		files["status/rollouts/"+id+".yaml"] = doc // the engine's own document wins below
+		files[status.RolloutPath(id)] = doc // the engine's own document wins below
 		lost = append(lost, id)
 	}
 	h.mu.Unlock()
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
 		r := rollouts[i]
-		lines = append(lines, rolloutLine{ID: r.ID, Status: string(r.Status), Reason: r.Reason, Wave: r.Wave,
+		lines = append(lines, status.RolloutLine{ID: r.ID, Status: r.Status, Reason: r.Reason, Wave: r.Wave,
 			Source: fmt.Sprintf("%s@%d", r.Source.Object, r.Source.Generation), Counters: r.Counters})
 		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
 			newest = &rollouts[i]
@@ -239,16 +221,16 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 		for _, it := range items {
 			if it.Status == fleetwave.ItemPending || it.Status == fleetwave.ItemAmbiguous {
-				waitingByNode[it.Node] = append(waitingByNode[it.Node], waitingItem{Rollout: r.ID, Item: it.ID, Block: it.Block,
-					Action: it.Action, Status: string(it.Status), Reason: it.Reason})
+				waitingByNode[it.Node] = append(waitingByNode[it.Node], status.WaitingItem{Rollout: r.ID, Item: it.ID, Block: it.Block,
+					Action: it.Action, Status: it.Status, Reason: it.Reason})
 			}
 		}
-		doc, err := rolloutStatus(r, items)
+		doc, err := status.EncodeRollout(status.NewRollout(r, items))
 		if err != nil {
-			return statusBatch{}, err
+			return statusBatch{}, fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
 		h.metrics.statusRolloutReads.Inc()
-		files["status/rollouts/"+r.ID+".yaml"] = doc
+		files[status.RolloutPath(r.ID)] = doc
 		if done {
 			finished = append(finished, r.ID)
 		}
@@ -266,63 +248,54 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		subject = fmt.Sprintf("status: commit %s rejected (%d errors)", short(syncState.Commit), len(syncState.Errors))
 	}
 
-	syncDoc := map[string]any{"commit": syncState.Commit, "applied": syncState.Applied, "result": syncState.Result}
-	if syncState.Message != "" {
-		syncDoc["message"] = syncState.Message
-	}
-	if len(syncState.Errors) > 0 {
-		lines := make([]string, len(syncState.Errors))
-		for i, fe := range syncState.Errors {
-			lines[i] = fe.Error()
-		}
-		syncDoc["errors"] = lines
+	syncDoc := status.Sync{Commit: syncState.Commit, Applied: syncState.Applied, Result: syncState.Result, Message: syncState.Message}
+	for _, fe := range syncState.Errors {
+		syncDoc.Errors = append(syncDoc.Errors, fe.Error())
 	}
 	lanes, err := h.eng.LaneCounters(ctx)
 	if err != nil {
 		return statusBatch{}, err
 	}
-	summary := map[string]any{
-		"counters": fleetwave.FleetCounters(rollouts),
-		"history":  history,
-		"lanes":    lanes,
-		"sync":     syncDoc,
-		"rollouts": lines,
+	summary := status.Summary{
+		Counters: fleetwave.FleetCounters(rollouts),
+		History:  history,
+		Lanes:    lanes,
+		Sync:     syncDoc,
+		Rollouts: lines,
 	}
 	h.mu.Lock()
 	nextFire, holds, problems := h.nextFire, h.holds, h.problems
 	h.mu.Unlock()
 	var drift []reconciler.DriftEntry
 	if snap != nil {
-		summary["generations"] = generationSummary(snap, obs)
-		summary["nodes"] = len(snap.Nodes)
-		summary["reconcile_mode"] = snap.Config.ReconcileMode
+		summary.Generations = generationSummary(snap, obs)
+		summary.Nodes = new(len(snap.Nodes))
+		summary.ReconcileMode = snap.Config.ReconcileMode
 		drift = reconciler.Drift(snap, obs, h.clock.Now(), h.cfg.StaleAfter.D(), h.reconcilerOptions())
 	}
 	if len(nextFire) > 0 {
-		schedules := map[string]any{}
+		summary.Schedules = map[string]status.Schedule{}
 		for name, t := range nextFire {
-			schedules[name] = map[string]any{"next_fire_at": t.UTC()}
+			summary.Schedules[name] = status.Schedule{NextFireAt: t.UTC()}
 		}
-		summary["schedules"] = schedules
 	}
 	requests, err := h.requestStatuses(ctx, snap, rollouts)
 	if err != nil {
 		return statusBatch{}, err
 	}
 	if len(requests) > 0 {
-		summary["requests"] = requests
+		summary.Requests = requests
 	}
 	h.mu.Lock()
 	quiet, gated, cursor := h.quiet, h.gated, h.approvalCursor
-	signers := slices.Clone(h.signerLog)
-	h.mu.Unlock()
-	if len(signers) > 0 {
-		// who changed the fleet: the latest commits to brc/, blocks/ and
-		// nodes/ with their verified signer (or unsigned)
-		summary["signed_changes"] = signers
+	// who changed the fleet: the latest commits to brc/, blocks/ and
+	// nodes/ with their verified signer (or unsigned)
+	for _, c := range h.signerLog {
+		summary.SignedChanges = append(summary.SignedChanges, status.SignedChange{Commit: c.Commit, Signer: c.Signer, Paths: slices.Clone(c.Paths)})
 	}
+	h.mu.Unlock()
 	if waits := mergeWaits(quiet, gated); len(waits) > 0 {
-		summary["waiting"] = waits
+		summary.Waiting = waits
 	}
 	approvals, err := h.eng.Approvals(ctx)
 	if err != nil {
@@ -333,25 +306,24 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	}
 	// the policy in force (plan reads it), the requests by state, and the
 	// last commit whose approvals/ changes were processed
-	summary["approval"] = map[string]any{"required": h.cfg.Approval.Required, "ttl": h.cfg.Approval.TTL.D().String(),
-		"scope": h.cfg.Approval.Scope, "requests": approvalCounts(approvals), "cursor": cursor}
+	summary.Approval = &status.ApprovalSummary{Required: h.cfg.Approval.Required, TTL: h.cfg.Approval.TTL.D().String(),
+		Scope: h.cfg.Approval.Scope, Requests: approvalCounts(approvals), Cursor: cursor}
 	if len(holds) > 0 || len(problems) > 0 {
-		byReason := map[string]int{}
+		summary.HeldInstances = map[string]int{}
 		for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
-			byReason[p.Reason]++
+			summary.HeldInstances[p.Reason]++
 		}
-		summary["held_instances"] = byReason
 	}
 	// The highest generation ever given to each object: restored from here
 	// when the mirror is lost, so generations never go down.
 	if marks := h.repo.HighWater(); len(marks) > 0 {
-		summary["generation_marks"] = marks
+		summary.GenerationMarks = marks
 	}
-	doc, err := toYAML(summary)
+	doc, err := status.EncodeSummary(summary)
 	if err != nil {
-		return statusBatch{}, err
+		return statusBatch{}, fmt.Errorf("summary: %w", err)
 	}
-	files["status/summary.yaml"] = doc
+	files[status.SummaryPath] = doc
 
 	nodes := map[string]bool{}
 	for id := range obs {
@@ -361,20 +333,6 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		for id := range snap.Nodes {
 			nodes[id] = true
 		}
-	}
-	type inst struct {
-		Block      string `json:"block"`
-		Version    string `json:"version,omitempty"`
-		ConfigHash string `json:"config_hash,omitempty"`
-		Generation int64  `json:"generation"`
-		State      string `json:"state,omitempty"`
-		ManagedBy  string `json:"managed_by,omitempty"`
-	}
-	type held struct {
-		Block   string `json:"block"`
-		Trigger string `json:"brc"`
-		Reason  string `json:"reason"`
-		Message string `json:"message,omitempty"`
 	}
 	h.mu.Lock()
 	versions := map[string]map[string][]string{}
@@ -386,48 +344,47 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		versions[node] = cp
 	}
 	h.mu.Unlock()
-	heldByNode := map[string][]held{}
+	heldByNode := map[string][]status.Held{}
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
-		heldByNode[p.Node] = append(heldByNode[p.Node], held{p.Block, p.Trigger, p.Reason, p.Message})
+		heldByNode[p.Node] = append(heldByNode[p.Node], status.Held{Block: p.Block, BRC: p.Trigger, Reason: p.Reason, Message: p.Message})
 	}
 	for node := range nodes {
-		ns := map[string]any{"node": node, "instances": []inst{}}
+		ns := status.Node{Node: node, Instances: []status.Instance{}}
 		if r := obs[node]; r != nil {
-			var insts []inst
+			var insts []status.Instance
 			for _, in := range r.Instances {
-				insts = append(insts, inst{in.Block, in.Version, in.ConfigHash, in.Generation, string(in.State), in.ManagedBy})
+				insts = append(insts, status.Instance{Block: in.Block, Version: in.Version, ConfigHash: in.ConfigHash,
+					Generation: in.Generation, State: in.State, ManagedBy: in.ManagedBy})
 			}
 			sort.Slice(insts, func(i, j int) bool { return insts[i].Block < insts[j].Block })
-			ns["agent_version"], ns["capabilities"], ns["instances"] = r.AgentVersion, r.Capabilities, insts
-		} else {
-			ns["reported"] = false
+			ns.Reported, ns.AgentVersion, ns.Capabilities, ns.Instances = true, r.AgentVersion, r.Capabilities, insts
 		}
 		if snap != nil {
 			if n := snap.Nodes[node]; n != nil {
-				ns["drain"] = n.Drain
+				ns.Drain = new(n.Drain)
 			} else {
-				ns["unknown_node"] = true
+				ns.UnknownNode = true
 			}
 		}
-		if d := driftOf(drift, node); len(d) > 0 {
-			ns["drift"] = d
+		for _, d := range driftOf(drift, node) {
+			ns.Drift = append(ns.Drift, status.Drift{Node: d.Node, Block: d.Block, Trigger: d.Trigger, Kind: d.Kind, Desired: d.Desired, Observed: d.Observed})
 		}
 		if hist := versions[node]; len(hist) > 0 {
-			ns["observed_versions"] = hist // never forgotten: the rollback guard reads them
+			ns.ObservedVersions = hist // never forgotten: the rollback guard reads them
 		}
 		if w := waitingByNode[node]; len(w) > 0 {
 			sort.Slice(w, func(i, j int) bool { return w[i].Item < w[j].Item })
-			ns["waiting"] = w
+			ns.Waiting = w
 		}
 		if hl := heldByNode[node]; len(hl) > 0 {
-			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].Trigger < hl[j].Block+hl[j].Trigger })
-			ns["held"] = hl
+			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].BRC < hl[j].Block+hl[j].BRC })
+			ns.Held = hl
 		}
-		doc, err := toYAML(ns)
+		doc, err := status.EncodeNode(ns)
 		if err != nil {
-			return statusBatch{}, err
+			return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
 		}
-		files["status/nodes/"+node+".yaml"] = doc
+		files[status.NodePath(node)] = doc
 	}
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost}, nil
 }
@@ -492,20 +449,18 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 		return
 	}
 	handled := map[string]fleetwave.RequestStatus{}
-	var status map[string][]byte
+	var files map[string][]byte
 	if tip != "" {
-		status, err = h.repo.StatusFiles(ctx, tip)
+		files, err = h.repo.StatusFiles(ctx, tip)
 		if err != nil {
 			h.log.Warn().Err(err).Msg("read status files; requests known only from redis")
 			return
 		}
-		h.loadGitApprovals(status)
-		if data, ok := status["status/summary.yaml"]; ok {
-			var doc struct {
-				Requests map[string]fleetwave.RequestStatus `yaml:"requests"`
-			}
-			if err := yaml.Unmarshal(data, &doc); err != nil {
-				h.log.Warn().Err(err).Msg("status/summary.yaml unreadable; requests known only from redis")
+		h.loadGitApprovals(files)
+		if data, ok := files[status.SummaryPath]; ok {
+			doc, err := status.DecodeSummary(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", status.SummaryPath).Msg("summary unreadable; requests known only from redis")
 			}
 			for name, r := range doc.Requests {
 				if r.Handled() {
@@ -514,7 +469,7 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 			}
 		}
 	}
-	lost := h.closeLostRollouts(ctx, status, handled)
+	lost := h.closeLostRollouts(ctx, files, handled)
 	h.mu.Lock()
 	h.gitRequests, h.gitFence, h.lostDocs = handled, fence, lost
 	h.mu.Unlock()
@@ -534,15 +489,14 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 // requests they served are updated to match. It returns the closed
 // documents, committed by the next status write; a trigger's rollout is
 // planned again from the observations, a manual request is not.
-func (h *Hub) closeLostRollouts(ctx context.Context, status map[string][]byte, handled map[string]fleetwave.RequestStatus) map[string][]byte {
+func (h *Hub) closeLostRollouts(ctx context.Context, files map[string][]byte, handled map[string]fleetwave.RequestStatus) map[string][]byte {
 	lost := map[string][]byte{}
-	for path, data := range status {
-		id, ok := strings.CutPrefix(path, "status/rollouts/")
-		if !ok || !strings.HasSuffix(id, ".yaml") {
+	for path, data := range files {
+		kind, id := status.ParsePath(path)
+		if kind != status.KindRollout {
 			continue
 		}
-		id = strings.TrimSuffix(id, ".yaml")
-		doc, err := parseRolloutStatus(data)
+		doc, err := status.DecodeRollout(data)
 		if err != nil {
 			h.log.Warn().Err(err).Str("path", path).Msg("rollout status unreadable; left as it is")
 			continue
@@ -569,7 +523,7 @@ func (h *Hub) closeLostRollouts(ctx context.Context, status map[string][]byte, h
 			}
 			r.Counters.Add(it.Status, 1)
 		}
-		out, err := rolloutStatus(r, doc.Items)
+		out, err := status.EncodeRollout(status.NewRollout(r, doc.Items))
 		if err != nil {
 			h.log.Warn().Err(err).Str("rollout", id).Msg("close lost rollout")
 			continue
@@ -587,27 +541,6 @@ func (h *Hub) closeLostRollouts(ctx context.Context, status map[string][]byte, h
 	return lost
 }
 
-// parseRolloutStatus reads a status/rollouts/<id>.yaml document back.
-func parseRolloutStatus(data []byte) (struct {
-	Rollout fleetwave.Rollout `json:"rollout"`
-	Items   []fleetwave.Item  `json:"items"`
-}, error) {
-	var doc struct {
-		Rollout fleetwave.Rollout `json:"rollout"`
-		Items   []fleetwave.Item  `json:"items"`
-	}
-	var raw any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return doc, err
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return doc, err
-	}
-	err = json.Unmarshal(b, &doc)
-	return doc, err
-}
-
 func short(c string) string {
 	if len(c) > 12 {
 		return c[:12]
@@ -617,8 +550,8 @@ func short(c string) string {
 
 // generationSummary gives, per trigger, the desired generation and the
 // lowest generation its in-scope instances report (0: some not reported).
-func generationSummary(snap *fleetwave.Snapshot, obs fleetwave.Observations) map[string]any {
-	out := map[string]any{}
+func generationSummary(snap *fleetwave.Snapshot, obs fleetwave.Observations) map[fleetwave.ObjectKey]status.Generation {
+	out := map[fleetwave.ObjectKey]status.Generation{}
 	for name, t := range snap.Triggers {
 		key := fleetwave.Key(fleetwave.KindTrigger, name)
 		observed := int64(-1)
@@ -631,60 +564,9 @@ func generationSummary(snap *fleetwave.Snapshot, obs fleetwave.Observations) map
 				observed = g
 			}
 		}
-		out[string(key)] = map[string]int64{"desired": snap.Generation(key), "observed": max(observed, 0)}
+		out[key] = status.Generation{Desired: snap.Generation(key), Observed: max(observed, 0)}
 	}
 	return out
-}
-
-func rolloutStatus(r fleetwave.Rollout, items []fleetwave.Item) ([]byte, error) {
-	waves := map[int][]string{}
-	for _, it := range items {
-		if it.Wave > 0 {
-			waves[it.Wave] = append(waves[it.Wave], it.Node)
-		}
-	}
-	type waveLine struct {
-		Wave  int      `json:"wave"`
-		Nodes []string `json:"nodes"`
-	}
-	var wl []waveLine
-	for w, nodes := range waves {
-		sort.Strings(nodes)
-		wl = append(wl, waveLine{w, nodes})
-	}
-	sort.Slice(wl, func(i, j int) bool { return wl[i].Wave < wl[j].Wave })
-	targets := make([]string, 0, len(items))
-	for _, it := range items {
-		targets = append(targets, it.Node)
-	}
-	sort.Strings(targets)
-	return toYAML(map[string]any{
-		"rollout": r,
-		"targets": targets,
-		"waves":   wl,
-		"items":   items,
-	})
-}
-
-// toYAML renders v deterministically: through JSON (the field names of the
-// API) into sorted-key YAML.
-func toYAML(v any) ([]byte, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var generic any
-	if err := json.Unmarshal(data, &generic); err != nil {
-		return nil, err
-	}
-	var b strings.Builder
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(generic); err != nil {
-		return nil, err
-	}
-	_ = enc.Close()
-	return []byte("# written by the fleetwave hub: edits here are overwritten\n" + b.String()), nil
 }
 
 // mergeWaits is the "waiting" of status and the API: per BRC, the
