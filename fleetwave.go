@@ -80,6 +80,29 @@ const (
 	StateAbsent    DesiredState = "absent"
 )
 
+// StateAfter is the state a block instance is in after a successful
+// attempt of action: the attempt's desired state when it names one,
+// otherwise the action's own (uninstall: absent, start: running, stop:
+// stopped), otherwise the state it had (installed when it had none).
+// Agents record it in their journal and report it.
+func StateAfter(action string, desired, current DesiredState) DesiredState {
+	if desired != "" {
+		return desired
+	}
+	switch action {
+	case "uninstall":
+		return StateAbsent
+	case "start":
+		return StateRunning
+	case "stop":
+		return StateStopped
+	}
+	if current == "" {
+		return StateInstalled
+	}
+	return current
+}
+
 // TriggerType says when a trigger BRC creates work.
 type TriggerType string
 

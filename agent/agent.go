@@ -362,22 +362,7 @@ func (a *agent) applyInstance(att fleetwave.Attempt, success bool, now time.Time
 		}
 		return &cur, false
 	}
-	state := att.DesiredState
-	if state == "" {
-		switch att.Action {
-		case "uninstall":
-			state = fleetwave.StateAbsent
-		case "start":
-			state = fleetwave.StateRunning
-		case "stop":
-			state = fleetwave.StateStopped
-		default:
-			state = cur.State
-			if state == "" {
-				state = fleetwave.StateInstalled
-			}
-		}
-	}
+	state := fleetwave.StateAfter(att.Action, att.DesiredState, cur.State)
 	next := cur
 	next.Block = att.Block
 	if att.TargetVersion != "" {

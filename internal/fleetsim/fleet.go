@@ -424,22 +424,7 @@ func (a *simAgent) apply(att fleetwave.Attempt, success bool, now time.Time) *fl
 		}
 		return &cur
 	}
-	state := att.DesiredState
-	if state == "" {
-		switch att.Action {
-		case "uninstall":
-			state = fleetwave.StateAbsent
-		case "start":
-			state = fleetwave.StateRunning
-		case "stop":
-			state = fleetwave.StateStopped
-		default:
-			state = cur.State
-			if state == "" {
-				state = fleetwave.StateInstalled
-			}
-		}
-	}
+	state := fleetwave.StateAfter(att.Action, att.DesiredState, cur.State)
 	next := cur
 	next.Block = att.Block
 	if att.TargetVersion != "" {
