@@ -77,6 +77,7 @@ func ExportJSONSchema() ([]byte, error) {
 		l["propertyNames"] = map[string]any{"pattern": `^(` + strings.Trim(dnsPrefixRE.String(), "^$") + `/)?` + part + `$`}
 		l["additionalProperties"] = map[string]any{"type": "string", "pattern": `^` + part + `$`}
 	}
+	flattenDescriptions(defs)
 	out := map[string]any{
 		"$schema":     "https://json-schema.org/draft/2020-12/schema",
 		"$id":         JSONSchemaID,
@@ -93,4 +94,24 @@ func ExportJSONSchema() ([]byte, error) {
 		return nil, fmt.Errorf("json schema: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// flattenDescriptions makes each description of x (taken from the comments
+// of the CUE file, line breaks included) one paragraph, as the reference
+// prints it.
+func flattenDescriptions(x any) {
+	switch v := x.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if s, ok := e.(string); ok && k == "description" {
+				v[k] = strings.Join(strings.Fields(s), " ")
+				continue
+			}
+			flattenDescriptions(e)
+		}
+	case []any:
+		for _, e := range v {
+			flattenDescriptions(e)
+		}
+	}
 }

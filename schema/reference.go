@@ -86,7 +86,7 @@ func Reference() ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n", def)
 		if doc := docOf(fd); doc != "" {
-			b.WriteString(doc + "\n\n")
+			b.WriteString(mdText(doc) + "\n\n")
 		}
 		var dflt *ast.Field
 		if dn := definitions[fleetwave.Kind(k)][1]; dn != "" {
@@ -104,9 +104,9 @@ func Reference() ([]byte, error) {
 		fd := defs[name]
 		fmt.Fprintf(&b, "\n### %s\n\n", name)
 		if doc := docOf(fd); doc != "" {
-			b.WriteString(doc + "\n\n")
+			b.WriteString(mdText(doc) + "\n\n")
 		}
-		if _, ok := fd.Value.(*ast.StructLit); ok {
+		if _, ok := fd.Value.(*ast.StructLit); ok && !isMap(fd.Value) {
 			if err := fieldTable(&b, fd, nil, used); err != nil {
 				return nil, err
 			}
@@ -127,7 +127,8 @@ func isKindDef(name string) bool {
 }
 
 // fieldTable writes the fields of def's struct (nested structs flattened
-// as a.b), marking the definitions they refer to as used.
+// as a.b; a map, [string]: V, is one row), marking the definitions they
+// refer to as used.
 func fieldTable(b *bytes.Buffer, def, dflt *ast.Field, used map[string]bool) error {
 	st, ok := def.Value.(*ast.StructLit)
 	if !ok {
@@ -155,7 +156,7 @@ func fieldTable(b *bytes.Buffer, def, dflt *ast.Field, used map[string]bool) err
 				req = "**required**"
 			}
 			markUsed(fd.Value, used)
-			if inner, ok := fd.Value.(*ast.StructLit); ok {
+			if inner, ok := fd.Value.(*ast.StructLit); ok && !isMap(inner) {
 				fmt.Fprintf(b, "| `%s` | %s | object | | %s |\n", path, req, cell(docOf(fd)))
 				walk(inner, path+".")
 				continue
@@ -165,6 +166,23 @@ func fieldTable(b *bytes.Buffer, def, dflt *ast.Field, used map[string]bool) err
 	}
 	walk(st, "")
 	return nil
+}
+
+// isMap reports whether e is a struct of one pattern field only
+// ([string]: V): a map from names to V, documented by the comment of the
+// field that holds it (a comment cannot sit inside the shorthand
+// `field: [string]: V`).
+func isMap(e ast.Expr) bool {
+	st, ok := e.(*ast.StructLit)
+	if !ok || len(st.Elts) != 1 {
+		return false
+	}
+	fd, ok := st.Elts[0].(*ast.Field)
+	if !ok {
+		return false
+	}
+	_, ok = fd.Label.(*ast.ListLit)
+	return ok
 }
 
 // collectDefaults reads `field: *value | _` entries of a defaults struct.
@@ -223,7 +241,17 @@ func exprText(n ast.Node) string {
 	return strings.Join(strings.Fields(string(out)), " ")
 }
 
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+// mdText escapes what Markdown would take for HTML ("blocks/<name>").
+func mdText(s string) string { return strings.ReplaceAll(s, "<", `\<`) }
+
+// cell is s in a table cell: text with its pipes escaped. Code spans
+// (`...`) are left as they are, but for the pipes.
+func cell(s string) string {
+	if !strings.HasPrefix(s, "`") {
+		s = mdText(s)
+	}
+	return strings.ReplaceAll(s, "|", `\|`)
+}
 
 // anchor is the Markdown heading anchor of a definition name.
 func anchor(def string) string { return strings.ToLower(strings.TrimPrefix(def, "#")) }
