@@ -220,10 +220,14 @@ type RolloutSpec struct {
 	// FailureThresholdPercent halts the rollout once exceeded (0 = off);
 	// FailureThreshold once that many items failed (0 = off): either one
 	// reached halts it.
-	FailureThresholdPercent float64    `json:"failure_threshold_percent,omitempty"`
-	FailureThreshold        int        `json:"failure_threshold,omitempty"`
-	MaxRetries              int        `json:"max_retries,omitempty"`
-	Items                   []ItemSpec `json:"items"`
+	FailureThresholdPercent float64 `json:"failure_threshold_percent,omitempty"`
+	FailureThreshold        int     `json:"failure_threshold,omitempty"`
+	MaxRetries              int     `json:"max_retries,omitempty"`
+	// Backoff is the base delay of the rollout's retries (the config's
+	// backoff): base*2^retry_count, capped by the engine's maximum (or by
+	// Backoff when larger), with jitter. 0 = the engine's default.
+	Backoff time.Duration `json:"backoff,omitempty"`
+	Items   []ItemSpec    `json:"items"`
 	// ObservedVersion is the engine's change counter read with the
 	// observations behind the plan (engine.Observe; 0 = unknown). The
 	// engine drops a spec whose instance finished an item of the same or a

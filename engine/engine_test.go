@@ -210,6 +210,34 @@ func TestTransientRetries(t *testing.T) {
 	})
 }
 
+// TestARolloutsBackoffReplacesTheEngines: a rollout created with the
+// config's backoff retries after that base, not the engine's, and its
+// cap grows to it when larger.
+func TestARolloutsBackoffReplacesTheEngines(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb, WithBackoff(10*time.Second, time.Minute))
+		s := spec("web", 1, "web", 1, 1, 3)
+		s.Backoff = 2 * time.Minute // above the engine's cap
+		_, items := h.create(s)
+		h.step()
+		for attempt := 1; attempt <= 2; attempt++ {
+			as := h.poll("n1")
+			if len(as) != 1 {
+				t.Fatalf("attempt %d: polled %v", attempt, ids(as))
+			}
+			h.complete(as[0], fleetwave.ResultTransient)
+			it := h.item(items[0])
+			wait := it.RetryAfter.Sub(h.clk.Now())
+			full := 2 * time.Minute // base 2m; the cap is raised to it, so the second stays at 2m
+			if wait < full/2 || wait > full {
+				t.Fatalf("retry %d after %v, want within [%v, %v] (the rollout's backoff)", attempt, wait, full/2, full)
+			}
+			h.clk.Advance(wait)
+			h.step()
+		}
+	})
+}
+
 func TestPermanentFailure(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)

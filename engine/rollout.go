@@ -24,6 +24,7 @@ type rolloutHeader struct {
 	FTP           string `json:"ftp"` // failure_threshold_percent
 	FTC           int    `json:"ftc"` // failure_threshold (a count)
 	MaxRetries    int    `json:"max_retries"`
+	BackoffMS     int64  `json:"backoff_ms"` // 0 = the engine's base
 	Observed      int64  `json:"observed"`
 	Budget        string `json:"budget"`
 	BudgetCap     int    `json:"budget_cap"`
@@ -160,7 +161,7 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 		Generation: spec.Source.Generation, Kind: string(spec.Source.Kind), Actor: spec.Source.Actor,
 		MaxConcurrent: spec.MaxConcurrent, FTP: strconv.FormatFloat(spec.FailureThresholdPercent, 'f', -1, 64),
 		FTC:        spec.FailureThreshold,
-		MaxRetries: spec.MaxRetries, Observed: max(spec.ObservedVersion, 0),
+		MaxRetries: spec.MaxRetries, BackoffMS: spec.Backoff.Milliseconds(), Observed: max(spec.ObservedVersion, 0),
 		Budget: spec.Budget, BudgetCap: spec.BudgetCap, Supersede: spec.Supersede, Once: spec.Once,
 		Hold: spec.Hold, Items: len(spec.Items),
 	})

@@ -139,6 +139,7 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
 		FailureThreshold:        firstNonZero(t.FailureThreshold, snap.Config.FailureThreshold),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
+		Backoff:                 snap.Config.Backoff,
 		// the request is the BRC's work too: its cap holds across both
 		Budget:    t.Name,
 		BudgetCap: brcCap,

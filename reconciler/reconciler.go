@@ -189,6 +189,7 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
 		FailureThreshold:        firstNonZero(t.FailureThreshold, snap.Config.FailureThreshold),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
+		Backoff:                 snap.Config.Backoff,
 		Budget:                  t.Name,
 		BudgetCap:               mc,
 		Supersede:               true,

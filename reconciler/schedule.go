@@ -141,6 +141,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		FailureThresholdPercent: firstNonZeroF(t.FailureThresholdPercent, snap.Config.FailureThresholdPercent),
 		FailureThreshold:        firstNonZero(t.FailureThreshold, snap.Config.FailureThreshold),
 		MaxRetries:              firstNonZero(t.MaxRetries, snap.Config.MaxRetries),
+		Backoff:                 snap.Config.Backoff,
 		Budget:                  t.Name,
 		BudgetCap:               mc,
 		Once:                    true,

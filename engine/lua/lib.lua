@@ -363,10 +363,19 @@ end
 
 -- transient handles a transient failure: retrying with exponential backoff
 -- and jitter, or failed once retry_count reached the rollout's max_retries.
--- Returns 1 when that completed the rollout.
+-- The rollout's own backoff_ms (the config's backoff), when set, replaces
+-- the engine's base (and raises the cap when larger). Returns 1 when that
+-- completed the rollout.
 local function transient(it, base, maxb, jitter)
   local rc = num(it.retry_count)
-  local mr = num(redis.call('HGET', k_r(it.rollout), 'max_retries'))
+  local mr, rb = unpack(redis.call('HMGET', k_r(it.rollout), 'max_retries', 'backoff_ms'))
+  mr, rb = num(mr), num(rb)
+  if rb > 0 then
+    base = rb
+    if maxb < base then
+      maxb = base
+    end
+  end
   if rc >= mr then
     return finish(it, 'failed', 'retries_exhausted', 'last_class', 'transient')
   end
