@@ -89,6 +89,13 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			lockDir := t.TempDir()
 			remote := gittest.NewRemote(t, fleet(lockDir))
 			f := startFleet(t, remote, redisURL, []string{"n1", "n2", "n3"})
+			// the criticality order below holds among the nodes that had
+			// reported when the rollout was planned: a node reporting later
+			// joins as a later wave
+			waitUntil(t, "the three agents reported", func() bool {
+				obs, err := f.hub.Engine().Observations(context.Background())
+				return err == nil && len(obs) == 3
+			})
 
 			gittest.Push(t, remote, map[string]string{"brc/web.cue": webBRC}, nil, "Roll out web 1.0.0")
 
