@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -716,6 +717,24 @@ func TestObservations(t *testing.T) {
 			h.report(fleetwave.Report{Node: "n1", SentAt: t0.Add(4 * time.Second)})
 			if in := instance(); in != nil {
 				t.Fatalf("instance = %+v, want none", in)
+			}
+		})
+		t.Run("the observations of some nodes are those of Observe", func(t *testing.T) {
+			h.report(fleetwave.Report{Node: "n2", SentAt: t0.Add(5 * time.Second),
+				Instances: []fleetwave.InstanceStatus{{Block: "web", Version: "v2", Generation: 1}}})
+			all, v, err := h.e.Observe(h.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			some, v2, err := h.e.ObserveNodes(h.ctx, []string{"n2", "never-reported", "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v2 != v || len(some) != 2 || !reflect.DeepEqual(some["n1"], all["n1"]) || !reflect.DeepEqual(some["n2"], all["n2"]) {
+				t.Fatalf("ObserveNodes = %v (version %d), want n1 and n2 as Observe has them %v (version %d)", some, v2, all, v)
+			}
+			if _, ok := some["never-reported"]; ok {
+				t.Fatal("a node that never reported is observed")
 			}
 		})
 	})

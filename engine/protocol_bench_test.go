@@ -91,6 +91,37 @@ func BenchmarkCreateRollout(b *testing.B) {
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
 }
 
+// BenchmarkCreateRolloutAgain: the same 10,000 items sent again while they
+// are pending (each reconcile plans the rollout's unfinished items again;
+// the engine finds each instance busy and creates nothing).
+func BenchmarkCreateRolloutAgain(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	spec := benchSpec("bench", 10000, 1000, 100)
+	e, fence := benchEngine(b, rdb, "again")
+	if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
+		b.Fatal(err)
+	}
+	var cpu float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		cpu0 := redisCPU(b, rdb)
+		b.StartTimer()
+		_, items, err := e.CreateRollout(ctx, fence, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		cpu += redisCPU(b, rdb) - cpu0
+		b.StartTimer()
+		if len(items) != 0 {
+			b.Fatalf("%d items created again, want 0", len(items))
+		}
+	}
+	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}
+
 // BenchmarkStep: one Step that starts a wave of 1,000 items of a rollout of
 // 10,000 (the scan, plan and apply of a full wave).
 func BenchmarkStep(b *testing.B) {

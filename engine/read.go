@@ -38,7 +38,46 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 	}
 	nodes := members.Val()
 	sort.Strings(nodes)
-	pipe = e.rdb.Pipeline()
+	obs, err := e.readObservations(ctx, nodes)
+	return obs, version, err
+}
+
+// ObserveNodes is Observe for the listed nodes only: a node that never
+// reported is absent, as in Observe. The hub plans the BRCs a push changed
+// from the observations of their nodes alone.
+func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Observations, int64, error) {
+	if len(ids) == 0 {
+		v, err := e.Version(ctx)
+		return fleetwave.Observations{}, v, err
+	}
+	members := make([]any, len(ids))
+	for i, id := range ids {
+		members[i] = id
+	}
+	pipe := e.rdb.Pipeline()
+	ver := pipe.Get(ctx, e.key("version"))
+	in := pipe.SMIsMember(ctx, e.key("obs_nodes"), members...)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("read observed nodes: %w", err)
+	}
+	version, err := ver.Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("read change counter: %w", err)
+	}
+	var nodes []string
+	for i, ok := range in.Val() {
+		if ok {
+			nodes = append(nodes, ids[i])
+		}
+	}
+	sort.Strings(nodes)
+	obs, err := e.readObservations(ctx, nodes)
+	return obs, version, err
+}
+
+// readObservations reads the full report and the instances of each node.
+func (e *Engine) readObservations(ctx context.Context, nodes []string) (fleetwave.Observations, error) {
+	pipe := e.rdb.Pipeline()
 	heads := make([]*redis.StringCmd, len(nodes))
 	insts := make([]*redis.MapStringStringCmd, len(nodes))
 	for i, n := range nodes {
@@ -46,14 +85,14 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 		insts[i] = pipe.HGetAll(ctx, e.key("obsi", n))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, fmt.Errorf("read observations: %w", err)
+		return nil, fmt.Errorf("read observations: %w", err)
 	}
 	obs := make(fleetwave.Observations, len(nodes))
 	for i, n := range nodes {
 		r := &fleetwave.Report{Node: n}
 		if s, err := heads[i].Result(); err == nil {
 			if err := json.Unmarshal([]byte(s), r); err != nil {
-				return nil, 0, fmt.Errorf("decode report of %s: %w", n, err)
+				return nil, fmt.Errorf("decode report of %s: %w", n, err)
 			}
 		}
 		m := insts[i].Val()
@@ -66,7 +105,7 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 		for _, b := range blocks {
 			var in fleetwave.InstanceStatus
 			if err := json.Unmarshal([]byte(m[b]), &in); err != nil {
-				return nil, 0, fmt.Errorf("decode instance %s of %s: %w", b, n, err)
+				return nil, fmt.Errorf("decode instance %s of %s: %w", b, n, err)
 			}
 			if in.Block == "" {
 				in.Block = b
@@ -75,7 +114,7 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 		}
 		obs[n] = r
 	}
-	return obs, version, nil
+	return obs, nil
 }
 
 // Counters returns the fleet-wide counters, maintained by every script.

@@ -113,9 +113,24 @@ func (e *Engine) CreateRollout(ctx context.Context, fence int64, spec fleetwave.
 // in the package doc). ErrStaleFence when fence is not the current
 // leader's.
 func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, []string, CreateOutcome, error) {
+	r, err := e.CreateRolloutResult(ctx, fence, spec)
+	return r.ID, r.Items, r.Outcome, err
+}
+
+// CreateResult is what CreateRolloutResult did.
+type CreateResult struct {
+	ID      string // the event's rollout ("" when the spec took no effect)
+	Items   []string
+	Created []int // for each of Items, the index of its spec in RolloutSpec.Items
+	Outcome CreateOutcome
+}
+
+// CreateRolloutResult is CreateRolloutOutcome that also says which specs
+// became the items created.
+func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (CreateResult, error) {
 	src, err := json.Marshal(spec.Source)
 	if err != nil {
-		return "", nil, "", fmt.Errorf("encode rollout source: %w", err)
+		return CreateResult{}, fmt.Errorf("encode rollout source: %w", err)
 	}
 	var sets []windowSetArg
 	seen := map[string]bool{}
@@ -127,7 +142,7 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 			Generation: it.Generation, TargetVersion: it.TargetVersion, ConfigHash: it.ConfigHash,
 			DesiredState: it.DesiredState, ManagedBy: it.ManagedBy, Payload: it.Payload})
 		if err != nil {
-			return "", nil, "", fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
+			return CreateResult{}, fmt.Errorf("encode payload of %s: %w", it.Instance(), err)
 		}
 		wsID := ""
 		reason, blocked := it.SkipReason, ""
@@ -140,7 +155,7 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 		if reason == "" {
 			id, def, err := windowSetOf(it)
 			if err != nil {
-				return "", nil, "", fmt.Errorf("item %s: %w", it.Instance(), err)
+				return CreateResult{}, fmt.Errorf("item %s: %w", it.Instance(), err)
 			}
 			if id != "" && !seen[id] {
 				seen[id] = true
@@ -166,7 +181,7 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 		Hold: spec.Hold, Items: len(spec.Items),
 	})
 	if err != nil {
-		return "", nil, "", fmt.Errorf("encode rollout header: %w", err)
+		return CreateResult{}, fmt.Errorf("encode rollout header: %w", err)
 	}
 	args := createHeadRecord.append(make([]any, 0, 2+2*len(sets)+len(itemArgs)),
 		createHead{Header: string(head), WindowSets: len(sets)})
@@ -176,15 +191,17 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 	args = append(args, itemArgs...)
 	status, rest, err := e.run(ctx, "create_rollout", fenceArg(fence), e.nowMS(), args...)
 	if err != nil {
-		return "", nil, "", err
+		return CreateResult{}, err
 	}
 	if status != "ok" || len(rest) < 2 {
-		return "", nil, "", ErrStaleFence
+		return CreateResult{}, ErrStaleFence
 	}
 	id, outcome := asString(rest[0]), CreateOutcome(asString(rest[1]))
-	items := make([]string, 0, len(rest)-2)
-	for _, v := range rest[2:] {
-		items = append(items, asString(v))
+	items := make([]string, 0, (len(rest)-2)/2)
+	created := make([]int, 0, (len(rest)-2)/2)
+	for i := 2; i+1 < len(rest); i += 2 { // item id, index of its spec
+		items = append(items, asString(rest[i]))
+		created = append(created, int(asInt(rest[i+1])))
 	}
 	log := e.log.With().Str("rollout", cmp.Or(id, spec.BaseID)).Int("items", len(items)).Int64("fence", fence).
 		Str("object", string(spec.Source.Object)).Int64("generation", spec.Source.Generation).Logger()
@@ -198,7 +215,7 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 	default:
 		log.Debug().Msg("rollout has no new item")
 	}
-	return id, items, outcome, nil
+	return CreateResult{ID: id, Items: items, Created: created, Outcome: outcome}, nil
 }
 
 // StepResult counts what one Step did, for logging and metrics.

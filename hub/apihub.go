@@ -94,7 +94,7 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 		return h.apiError(ctx, err)
 	}
 	h.log.Info().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).Int("exit_code", res.ExitCode).Msg("attempt result")
-	h.kick(h.statusNow)
+	h.kick(h.statusSoon)
 	return nil
 }
 
@@ -167,7 +167,7 @@ func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 	if err := h.eng.Report(ctx, r); err != nil {
 		return h.apiError(ctx, err)
 	}
-	h.kick(h.reconcileNow)
+	h.kick(h.reconcileSoon)
 	return nil
 }
 

@@ -52,11 +52,21 @@ type Hub struct {
 	metrics      *metrics
 	syncNow      chan struct{}
 	reconcileNow chan struct{}
-	statusNow    chan struct{}
+	// reconcileSoon and statusSoon are kicked by reports and results:
+	// paced (pacing.go), not at once.
+	reconcileSoon chan struct{}
+	statusNow     chan struct{}
+	statusSoon    chan struct{}
+	// stepNow runs an engine step at once (a rollout was created).
+	stepNow chan struct{}
+	// pushNow plans the BRCs a new snapshot changed (pushStep).
+	pushNow chan struct{}
 
 	mu       sync.Mutex
 	fence    int64
 	snapshot *fleetwave.Snapshot
+	pushed   *fleetwave.Snapshot // the snapshot pushStep last looked at
+	sent     sentItems           // items created moments ago (its own lock)
 	sync     fleetwave.SyncState
 	syncGen  int64 // bumped when sync changes, so status is rewritten
 	// waitsMark fingerprints what status says waits and why outside the
@@ -145,10 +155,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h := &Hub{
 		cfg: cfg, log: zerolog.Nop(),
-		syncNow:      make(chan struct{}, 1),
-		reconcileNow: make(chan struct{}, 1),
-		statusNow:    make(chan struct{}, 1),
-		tokens:       map[string]string{},
+		syncNow:       make(chan struct{}, 1),
+		reconcileNow:  make(chan struct{}, 1),
+		reconcileSoon: make(chan struct{}, 1),
+		statusNow:     make(chan struct{}, 1),
+		statusSoon:    make(chan struct{}, 1),
+		stepNow:       make(chan struct{}, 1),
+		pushNow:       make(chan struct{}, 1),
+		tokens:        map[string]string{},
+		sent:          sentItems{ttl: cfg.ReconcileInterval.D()},
 	}
 	for _, o := range opts {
 		o(h)
@@ -292,9 +307,16 @@ func (h *Hub) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { h.loop(ctx, h.cfg.Repo.PollInterval.D(), h.syncNow, h.syncStep) })
-	wg.Go(func() { h.loop(ctx, h.cfg.ReconcileInterval.D(), h.reconcileNow, h.reconcileStep) })
-	wg.Go(func() { h.loop(ctx, h.cfg.StepInterval.D(), nil, h.engineStep) })
-	wg.Go(func() { h.loop(ctx, h.cfg.Status.Interval.D(), h.statusNow, h.statusStep) })
+	wg.Go(func() {
+		h.runPaced(ctx, pacedLoop{every: h.cfg.ReconcileInterval.D(), spacing: h.reconcileSpacing,
+			now: h.reconcileNow, soon: h.reconcileSoon, step: h.reconcileStep})
+	})
+	wg.Go(func() { h.loop(ctx, h.cfg.StepInterval.D(), h.stepNow, h.engineStep) })
+	wg.Go(func() { h.loop(ctx, h.cfg.ReconcileInterval.D(), h.pushNow, h.pushStep) })
+	wg.Go(func() {
+		h.runPaced(ctx, pacedLoop{every: h.cfg.Status.Interval.D(), spacing: h.statusSpacing,
+			now: h.statusNow, soon: h.statusSoon, step: h.statusStep})
+	})
 	h.kick(h.syncNow)
 	<-ctx.Done()
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
@@ -334,15 +356,18 @@ func (h *Hub) loop(ctx context.Context, every time.Duration, kick <-chan struct{
 		case <-t.C:
 		case <-kick:
 		}
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					h.log.Error().Interface("panic", r).Msg("loop step panicked")
-				}
-			}()
-			step(ctx)
-		}()
+		h.runStep(ctx, step)
 	}
+}
+
+// runStep runs one step of a loop; a panic is logged and the loop goes on.
+func (h *Hub) runStep(ctx context.Context, step func(context.Context)) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error().Interface("panic", r).Msg("loop step panicked")
+		}
+	}()
+	step(ctx)
 }
 
 func (h *Hub) currentFence() int64 {
@@ -426,7 +451,7 @@ func (h *Hub) engineStep(ctx context.Context) {
 		return
 	}
 	if res.Completed > 0 {
-		h.kick(h.reconcileNow)
+		h.kick(h.reconcileSoon)
 	}
 }
 

@@ -100,15 +100,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 			h.log.Warn().Str("brc", p.Trigger).Str("node", p.Node).Str("block", p.Block).Str("reason", p.Reason).Str("error", p.Message).Msg("instance cannot run as written")
 		}
 	}
-	actor := ""
-	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
-		actor = info.Email
-		for _, tr := range info.Trailers {
-			if tr.Key == gitsync.TrailerActor && h.own.has(snap.Commit) {
-				actor = tr.Value // an API write the hub committed: its caller
-			}
-		}
-	}
+	actor := h.commitActor(ctx, snap)
 	h.observeHistory(obs)
 	approvals, err := h.eng.Approvals(ctx)
 	if err != nil {
@@ -125,8 +117,13 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 			spec.Source.Actor = actor
 		}
 		spec.ObservedVersion = version
-		h.createRollout(ctx, fence, spec)
+		if spec.Once {
+			h.createRollout(ctx, fence, spec)
+		} else {
+			h.createPlanned(ctx, fence, spec)
+		}
 	}
+	h.sent.prune(time.Now())
 	h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
 	h.approvalsStep(ctx, fence, snap, obs, version, opts)
 	h.mu.Lock()
@@ -137,6 +134,113 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	h.mu.Unlock()
 	if changed {
 		h.kick(h.statusNow)
+	}
+}
+
+// commitActor is who made the snapshot's commit: its author, or the caller
+// of the API write the hub committed.
+func (h *Hub) commitActor(ctx context.Context, snap *fleetwave.Snapshot) string {
+	actor := ""
+	if info, err := h.repo.CommitInfo(ctx, snap.Commit); err == nil {
+		actor = info.Email
+		for _, tr := range info.Trailers {
+			if tr.Key == gitsync.TrailerActor && h.own.has(snap.Commit) {
+				actor = tr.Value // an API write the hub committed: its caller
+			}
+		}
+	}
+	return actor
+}
+
+// changedTriggers returns the reconciliation BRCs of snap that prev did not
+// have or had in another version, when they are all a commit changed (no
+// node, block, label map or config: those change the plan of every BRC).
+// Nil otherwise, and for the first snapshot.
+func changedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
+	if prev == nil || prev == snap || prev.Commit == snap.Commit {
+		return nil
+	}
+	changed := map[string]bool{}
+	for k, o := range snap.Objects {
+		if p, ok := prev.Objects[k]; ok && p.Hash == o.Hash {
+			continue
+		}
+		t := snap.Triggers[k.Name()]
+		if k.Kind() != fleetwave.KindTrigger || t == nil {
+			return nil
+		}
+		if t.TriggerType == "" || t.TriggerType == fleetwave.TriggerReconciliation {
+			changed[t.Name] = true
+		}
+	}
+	for k := range prev.Objects {
+		if _, ok := snap.Objects[k]; !ok && k.Kind() != fleetwave.KindTrigger {
+			return nil
+		}
+	}
+	return changed
+}
+
+// pushStep plans and starts the BRCs a push changed, beside the reconcile
+// loop, which may be planning the whole fleet: from the observations of
+// their nodes alone, so a push reaches its first node in the time of its
+// own plan. The whole plan that follows plans them again: the engine takes
+// the same event once (the second joins it with nothing new). A BRC whose
+// new generation waits for its quiescence_seconds, or a commit that changes
+// more than BRCs, is left to the reconcile loop.
+func (h *Hub) pushStep(ctx context.Context) {
+	fence := h.currentFence()
+	h.mu.Lock()
+	snap, prev := h.snapshot, h.pushed
+	h.pushed = snap
+	h.mu.Unlock()
+	if fence == 0 || snap == nil || snap.Config.ReconcileMode == "observe" {
+		return
+	}
+	changed := changedTriggers(prev, snap)
+	for name := range changed {
+		if quiescence(snap, name) > 0 {
+			delete(changed, name)
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	start := time.Now()
+	defer func() { h.metrics.reconcileSecs.Observe(time.Since(start).Seconds()) }()
+	scope := map[string]bool{}
+	for name := range changed {
+		for _, id := range reconciler.Scope(snap, snap.Triggers[name]) {
+			scope[id] = true
+		}
+	}
+	observedAt := h.clock.Now()
+	obs, version, err := h.eng.ObserveNodes(ctx, sortedKeys(scope))
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("read observations")
+		}
+		return
+	}
+	approvals, err := h.eng.Approvals(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("read approvals")
+		}
+		return
+	}
+	opts := h.reconcilerOptions()
+	opts.RequireReport = true
+	opts.Only = changed
+	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
+	specs, _ := h.gate(snap, plan.WithItems(), approvals)
+	actor := h.commitActor(ctx, snap)
+	for _, spec := range specs {
+		if spec.Source.Actor == "" {
+			spec.Source.Actor = actor
+		}
+		spec.ObservedVersion = version
+		h.createPlanned(ctx, fence, spec)
 	}
 }
 
@@ -159,13 +263,32 @@ func drainedNodes(snap *fleetwave.Snapshot) []string {
 	return out
 }
 
+// createPlanned hands a rollout of the reconcile's plan to the engine,
+// leaving out the items the engine created from this hub's plans moments
+// ago (sentItems).
+func (h *Hub) createPlanned(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) {
+	now := time.Now()
+	spec, _ = h.sent.filter(fence, spec, now)
+	r, ok := h.create(ctx, fence, spec)
+	if ok {
+		h.sent.created(fence, spec, r.Created, now)
+	}
+}
+
 func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, engine.CreateOutcome) {
-	id, items, outcome, err := h.eng.CreateRolloutOutcome(ctx, fence, spec)
+	r, _ := h.create(ctx, fence, spec)
+	return r.ID, r.Outcome
+}
+
+func (h *Hub) create(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (engine.CreateResult, bool) {
+	r, err := h.eng.CreateRolloutResult(ctx, fence, spec)
 	if err != nil {
 		h.log.Warn().Err(err).Str("brc", spec.Source.Object.Name()).Msg("create rollout")
-		return "", ""
+		return engine.CreateResult{}, false
 	}
+	id, items, outcome := r.ID, r.Items, r.Outcome
 	if len(items) > 0 {
+		h.kick(h.stepNow) // dispatch now, not at the next tick
 		h.metrics.itemsCreated.Add(float64(len(items)))
 		msg := "rollout created"
 		if outcome == engine.OutcomeJoined {
@@ -174,7 +297,7 @@ func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.Rol
 		h.log.Info().Str("rollout", id).Int("items", len(items)).Int64("generation", spec.Source.Generation).
 			Str("commit", spec.Source.Commit).Str("source", string(spec.Source.Kind)).Int("max_concurrent", spec.MaxConcurrent).Msg(msg)
 	}
-	return id, outcome
+	return r, true
 }
 
 // quiescence returns a trigger's quiescence_seconds (the config's default

@@ -88,6 +88,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 	})
 	h.metrics.syncSeconds.Observe(time.Since(start).Seconds())
 	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("snapshot applied")
+	h.kick(h.pushNow)
 	h.kick(h.reconcileNow)
 }
 

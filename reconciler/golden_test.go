@@ -158,3 +158,44 @@ func TestGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanOfOneTriggerIsItsPartOfTheWholePlan plans each trigger of every
+// golden case alone (Options.Only, as the hub does for the BRCs a push
+// changed), from the observations of its scope only, and compares it with
+// the trigger's part of the whole plan.
+func TestPlanOfOneTriggerIsItsPartOfTheWholePlan(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/*/case.json")
+	checked := 0
+	for _, f := range dirs {
+		dir := filepath.Dir(f)
+		snap := loadSnapshot(t, filepath.Join(dir, "snapshot.json"))
+		var obs fleetwave.Observations
+		loadJSON(t, filepath.Join(dir, "observed.json"), &obs)
+		opts := Options{Credential: fakeCredential, RequireReport: true}
+		whole := PlanWith(snap, obs, now, opts)
+		for _, spec := range whole.Rollouts {
+			name := spec.Source.Object.Name()
+			scoped := fleetwave.Observations{}
+			for _, id := range Scope(snap, snap.Triggers[name]) {
+				if r, ok := obs[id]; ok {
+					scoped[id] = r
+				}
+			}
+			one := opts
+			one.Only = map[string]bool{name: true}
+			alone := PlanWith(snap, scoped, now, one)
+			if len(alone.Rollouts) != 1 {
+				t.Fatalf("%s/%s: %d rollouts planned alone, want 1", dir, name, len(alone.Rollouts))
+			}
+			a, _ := json.Marshal(alone.Rollouts[0])
+			w, _ := json.Marshal(spec)
+			if !bytes.Equal(a, w) {
+				t.Errorf("%s/%s planned alone:\n%s\nin the whole plan:\n%s", dir, name, a, w)
+			}
+			checked++
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d triggers checked", checked)
+	}
+}

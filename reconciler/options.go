@@ -79,6 +79,11 @@ type Options struct {
 	// manual request's operational action (restart, backup) then waits
 	// behind it instead of being skipped as not installed. Nil = none.
 	ActiveInstance func(fleetwave.InstanceKey) bool
+	// Only, when not nil, restricts PlanWith to these triggers (the hub
+	// plans the BRCs a push changed first, before the whole fleet). The
+	// plan of a trigger does not depend on the others, so its rollout is
+	// the same as in a whole plan.
+	Only map[string]bool
 }
 
 // lifecycleAction reports whether an action changes the lifecycle of an

@@ -77,6 +77,9 @@ func PlanWith(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Tim
 		if t.TriggerType != "" && t.TriggerType != fleetwave.TriggerReconciliation {
 			continue
 		}
+		if opts.Only != nil && !opts.Only[name] {
+			continue
+		}
 		if snap.Config.ReconcileMode == "observe" {
 			plan.Held[name] = fleetwave.ReasonObserveMode
 			continue

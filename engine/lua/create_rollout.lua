@@ -17,7 +17,8 @@
 -- still count against the budget).
 -- A split group is created whole or not at all: when one of its (not
 -- skipped) specs would not be created, none of them is.
--- Returns {'stale_fence'} or {'ok', rollout id or '', status, item ids...}
+-- Returns {'stale_fence'} or {'ok', rollout id or '', status, then for each
+-- item created its id and the 0-based index of its spec}
 -- where status is 'created', 'joined', 'none' (nothing to create),
 -- 'stale_generation', 'cancelled' or 'superseded' (the event's rollout
 -- takes no more items).
@@ -350,6 +351,7 @@ for i = 0, n - 1 do
     redis.call('HINCRBY', KEYS[4], 'total', 1)
     count(rid, status, 1, lane)
     out[#out + 1] = id
+    out[#out + 1] = i -- which spec (0-based): the caller knows its instance
     changed = true
   end
 end

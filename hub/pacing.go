@@ -1,0 +1,93 @@
+package hub
+
+import (
+	"context"
+	"time"
+)
+
+// A paced loop runs one step at a time on three cues: every interval; at
+// once when kicked on now (a new snapshot, an operator's decision, a
+// request, a lease won, a wait that ended); and, when kicked on soon (the
+// flow of reports and results), no sooner than spacing after the end of the
+// previous step. At ten thousand nodes reports and results arrive hundreds
+// of times a second: each one used to start a reconcile of the whole fleet
+// or a status commit, back to back, and a push then waited behind them.
+type pacedLoop struct {
+	every time.Duration
+	// spacing is the least time between the end of a step and a step
+	// started by soon, given how long that step took.
+	spacing func(took time.Duration) time.Duration
+	now     <-chan struct{}
+	soon    <-chan struct{}
+	step    func(context.Context)
+}
+
+// pacer decides when a step kicked on soon may run. It reads no clock.
+type pacer struct {
+	spacing func(took time.Duration) time.Duration
+	lastEnd time.Time
+	took    time.Duration
+}
+
+// wait returns how long a step asked for on soon at t must wait (<= 0:
+// run now).
+func (p *pacer) wait(t time.Time) time.Duration {
+	if p.lastEnd.IsZero() {
+		return 0
+	}
+	return p.lastEnd.Add(p.spacing(p.took)).Sub(t)
+}
+
+// ran records a step that ran from start to end.
+func (p *pacer) ran(start, end time.Time) {
+	p.lastEnd, p.took = end, end.Sub(start)
+}
+
+func (h *Hub) runPaced(ctx context.Context, l pacedLoop) {
+	t := time.NewTicker(l.every)
+	defer t.Stop()
+	p := pacer{spacing: l.spacing}
+	var later *time.Timer // armed by soon while the spacing lasts
+	var laterC <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if later != nil {
+				later.Stop()
+			}
+			return
+		case <-t.C:
+		case <-l.now:
+		case <-laterC:
+		case <-l.soon:
+			if w := p.wait(time.Now()); w > 0 {
+				if later == nil {
+					later = time.NewTimer(w)
+					laterC = later.C
+				}
+				continue
+			}
+		}
+		if later != nil { // this step covers what soon asked for
+			later.Stop()
+			later, laterC = nil, nil
+		}
+		start := time.Now()
+		h.runStep(ctx, l.step)
+		p.ran(start, time.Now())
+	}
+}
+
+// reconcileSpacing: a reconcile asked for by observations waits at least
+// as long as the previous one took (the planner gets at most half of a
+// core from them) and at least a second (or the reconcile interval, when
+// shorter).
+func (h *Hub) reconcileSpacing(took time.Duration) time.Duration {
+	return max(took, min(time.Second, h.cfg.ReconcileInterval.D()))
+}
+
+// statusSpacing: results are written at most every status.interval; what
+// an operator or a claimed request waits for is written at once (statusNow).
+func (h *Hub) statusSpacing(time.Duration) time.Duration {
+	return h.cfg.Status.Interval.D()
+}

@@ -1,0 +1,96 @@
+package hub
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+func TestPacerSpacesStepsAskedForBySoon(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := pacer{spacing: func(took time.Duration) time.Duration { return max(took, time.Second) }}
+	if w := p.wait(t0); w > 0 {
+		t.Fatalf("the first step waits %v, want none", w)
+	}
+	p.ran(t0, t0.Add(200*time.Millisecond)) // a short step: the floor applies
+	if w := p.wait(t0.Add(300 * time.Millisecond)); w != 900*time.Millisecond {
+		t.Fatalf("wait after a 200ms step = %v, want 900ms", w)
+	}
+	if w := p.wait(t0.Add(1300 * time.Millisecond)); w > 0 {
+		t.Fatalf("wait once the spacing passed = %v, want none", w)
+	}
+	p.ran(t0.Add(2*time.Second), t0.Add(5*time.Second)) // a 3s step: as long again
+	if w := p.wait(t0.Add(5 * time.Second)); w != 3*time.Second {
+		t.Fatalf("wait after a 3s step = %v, want 3s", w)
+	}
+}
+
+func snapOf(commit string, objects map[string]string, triggers ...*fleetwave.Trigger) *fleetwave.Snapshot {
+	s := &fleetwave.Snapshot{Commit: commit, Objects: map[fleetwave.ObjectKey]fleetwave.Object{}, Triggers: map[string]*fleetwave.Trigger{}}
+	for k, hash := range objects {
+		s.Objects[fleetwave.ObjectKey(k)] = fleetwave.Object{Hash: hash}
+	}
+	for _, t := range triggers {
+		s.Triggers[t.Name] = t
+	}
+	return s
+}
+
+func TestChangedTriggersAreThoseOfACommitThatChangedOnlyBRCs(t *testing.T) {
+	web := &fleetwave.Trigger{Name: "web", TriggerType: fleetwave.TriggerReconciliation}
+	db := &fleetwave.Trigger{Name: "db"}
+	nightly := &fleetwave.Trigger{Name: "nightly", TriggerType: fleetwave.TriggerSchedule}
+	base := map[string]string{"trigger/web": "w1", "trigger/db": "d1", "trigger/nightly": "s1", "node/n1": "n1", "block/b": "b1"}
+	prev := snapOf("c1", base, web, db, nightly)
+	with := func(commit string, change map[string]string) *fleetwave.Snapshot {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range change {
+			if v == "" {
+				delete(m, k)
+			} else {
+				m[k] = v
+			}
+		}
+		return snapOf(commit, m, web, db, nightly, &fleetwave.Trigger{Name: "new"})
+	}
+	cases := []struct {
+		name string
+		next *fleetwave.Snapshot
+		want []string // nil: the whole plan decides
+	}{
+		{"one BRC changed", with("c2", map[string]string{"trigger/web": "w2"}), []string{"web"}},
+		{"a BRC added, one changed", with("c2", map[string]string{"trigger/new": "x", "trigger/db": "d2"}), []string{"db", "new"}},
+		{"a schedule BRC changed", with("c2", map[string]string{"trigger/nightly": "s2"}), []string{}},
+		{"a BRC removed", with("c2", map[string]string{"trigger/db": ""}), []string{}},
+		{"a node changed too", with("c2", map[string]string{"trigger/web": "w2", "node/n1": "n2"}), nil},
+		{"a node removed", with("c2", map[string]string{"node/n1": ""}), nil},
+		{"a block changed", with("c2", map[string]string{"block/b": "b2"}), nil},
+		{"the same commit", with("c1", map[string]string{"trigger/web": "w2"}), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := changedTriggers(prev, c.next)
+			if c.want == nil {
+				if got != nil {
+					t.Fatalf("changed = %v, want nil (the whole plan)", got)
+				}
+				return
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("changed = %v, want %v", got, c.want)
+			}
+			for _, n := range c.want {
+				if !got[n] {
+					t.Fatalf("changed = %v, want %v", got, c.want)
+				}
+			}
+		})
+	}
+	if got := changedTriggers(nil, prev); got != nil {
+		t.Fatalf("first snapshot: changed = %v, want nil", got)
+	}
+}
