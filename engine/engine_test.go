@@ -1130,3 +1130,30 @@ func TestAPermanentResultKeepsAKnownReason(t *testing.T) {
 		}
 	})
 }
+
+// TestObserveReadsManyNodesInChunks: the observations of more nodes than
+// one pipelined round trip carries are read whole, each node once.
+func TestObserveReadsManyNodesInChunks(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	h := newHarness(t, rdb)
+	n := pipelineChunk + pipelineChunk/4 // three chunks of observations
+	for i := range n {
+		node := fmt.Sprintf("n%05d", i)
+		if err := h.e.Report(h.ctx, fleetwave.Report{Node: node, SentAt: t0,
+			Instances: []fleetwave.InstanceStatus{{Block: "web", Version: node}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obs, _, err := h.e.Observe(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(obs) != n {
+		t.Fatalf("%d nodes observed, want %d", len(obs), n)
+	}
+	for node, r := range obs {
+		if len(r.Instances) != 1 || r.Instances[0].Version != node {
+			t.Fatalf("%s observed as %+v", node, r)
+		}
+	}
+}

@@ -75,8 +75,19 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 	return obs, version, err
 }
 
-// readObservations reads the full report and the instances of each node.
+// readObservations reads the full report and the instances of each node,
+// pipelined in chunks.
 func (e *Engine) readObservations(ctx context.Context, nodes []string) (fleetwave.Observations, error) {
+	obs := make(fleetwave.Observations, len(nodes))
+	for lo := 0; lo < len(nodes); lo += pipelineChunk / 2 {
+		if err := e.readObservationChunk(ctx, nodes[lo:min(lo+pipelineChunk/2, len(nodes))], obs); err != nil {
+			return nil, err
+		}
+	}
+	return obs, nil
+}
+
+func (e *Engine) readObservationChunk(ctx context.Context, nodes []string, obs fleetwave.Observations) error {
 	pipe := e.rdb.Pipeline()
 	heads := make([]*redis.StringCmd, len(nodes))
 	insts := make([]*redis.MapStringStringCmd, len(nodes))
@@ -85,14 +96,13 @@ func (e *Engine) readObservations(ctx context.Context, nodes []string) (fleetwav
 		insts[i] = pipe.HGetAll(ctx, e.key("obsi", n))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read observations: %w", err)
+		return fmt.Errorf("read observations: %w", err)
 	}
-	obs := make(fleetwave.Observations, len(nodes))
 	for i, n := range nodes {
 		r := &fleetwave.Report{Node: n}
 		if s, err := heads[i].Result(); err == nil {
 			if err := json.Unmarshal([]byte(s), r); err != nil {
-				return nil, fmt.Errorf("decode report of %s: %w", n, err)
+				return fmt.Errorf("decode report of %s: %w", n, err)
 			}
 		}
 		m := insts[i].Val()
@@ -105,7 +115,7 @@ func (e *Engine) readObservations(ctx context.Context, nodes []string) (fleetwav
 		for _, b := range blocks {
 			var in fleetwave.InstanceStatus
 			if err := json.Unmarshal([]byte(m[b]), &in); err != nil {
-				return nil, fmt.Errorf("decode instance %s of %s: %w", b, n, err)
+				return fmt.Errorf("decode instance %s of %s: %w", b, n, err)
 			}
 			if in.Block == "" {
 				in.Block = b
@@ -114,7 +124,7 @@ func (e *Engine) readObservations(ctx context.Context, nodes []string) (fleetwav
 		}
 		obs[n] = r
 	}
-	return obs, nil
+	return nil
 }
 
 // Counters returns the fleet-wide counters, maintained by every script.
@@ -224,16 +234,22 @@ func (e *Engine) ActiveItem(ctx context.Context, node, block string) (fleetwave.
 // progress, retrying, ambiguous), in two pipelined round trips.
 func (e *Engine) ActiveInstances(ctx context.Context, keys []fleetwave.InstanceKey) (map[fleetwave.InstanceKey]bool, error) {
 	out := map[fleetwave.InstanceKey]bool{}
-	if len(keys) == 0 {
-		return out, nil
+	for lo := 0; lo < len(keys); lo += pipelineChunk {
+		if err := e.activeInstances(ctx, keys[lo:min(lo+pipelineChunk, len(keys))], out); err != nil {
+			return nil, err
+		}
 	}
+	return out, nil
+}
+
+func (e *Engine) activeInstances(ctx context.Context, keys []fleetwave.InstanceKey, out map[fleetwave.InstanceKey]bool) error {
 	pipe := e.rdb.Pipeline()
 	ptrs := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
 		ptrs[i] = pipe.HGet(ctx, e.key("inst", k.Node, k.Block), "active")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read instances: %w", err)
+		return fmt.Errorf("read instances: %w", err)
 	}
 	pipe = e.rdb.Pipeline()
 	st := make([]*redis.StringCmd, len(keys))
@@ -243,32 +259,41 @@ func (e *Engine) ActiveInstances(ctx context.Context, keys []fleetwave.InstanceK
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read active items: %w", err)
+		return fmt.Errorf("read active items: %w", err)
 	}
 	for i, c := range st {
 		if c != nil && fleetwave.ItemStatus(c.Val()).Active() {
 			out[keys[i]] = true
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// hashes reads the hashes kind:id of ids in one pipeline.
+// pipelineChunk bounds the commands of one pipelined round trip. A
+// pipeline is written whole before its replies are read: 200,000 commands
+// (the observations of 100,000 nodes) did not leave the client within its
+// write timeout while Redis was busy, so every read of them failed.
+const pipelineChunk = 2000
+
+// hashes reads the hashes kind:id of ids, pipelined in chunks.
 func (e *Engine) hashes(ctx context.Context, kind string, ids []string) ([]map[string]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	pipe := e.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HGetAll(ctx, e.key(kind, id))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read %d records: %w", len(ids), err)
-	}
-	out := make([]map[string]string, len(ids))
-	for i, c := range cmds {
-		out[i] = c.Val()
+	out := make([]map[string]string, 0, len(ids))
+	for lo := 0; lo < len(ids); lo += pipelineChunk {
+		chunk := ids[lo:min(lo+pipelineChunk, len(ids))]
+		pipe := e.rdb.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, len(chunk))
+		for i, id := range chunk {
+			cmds[i] = pipe.HGetAll(ctx, e.key(kind, id))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("read %d records: %w", len(ids), err)
+		}
+		for _, c := range cmds {
+			out = append(out, c.Val())
+		}
 	}
 	return out, nil
 }
