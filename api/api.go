@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -63,9 +64,12 @@ type Hub interface {
 	Report(ctx context.Context, r fleetwave.Report) error
 	// Summary returns the dashboard counters, the last sync and the rollouts.
 	Summary(ctx context.Context) (fleetwave.Summary, error)
-	// Rollout returns one rollout and its items, or an error matching
-	// ErrNotFound.
-	Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error)
+	// RolloutPage returns one rollout, at most limit of its items in
+	// dispatch order (those after item after, "" for the first page) and
+	// whether more follow, or an error matching ErrNotFound. The rollout's
+	// counters are those of every item, not the page's. A cursor that is
+	// not an item of the rollout is an *Error (400 invalid_query).
+	RolloutPage(ctx context.Context, id, after string, limit int) (r fleetwave.Rollout, items []fleetwave.Item, more bool, err error)
 	// TriggerSync asks for a fetch of the config repository now.
 	TriggerSync()
 	// Readiness checks the hub's dependencies; it must answer within about
@@ -249,6 +253,9 @@ type server struct {
 	mappings     []mapping
 	metrics      *metrics
 	mux          *http.ServeMux
+	// notReady is the failing checks /readyz last logged: a probe polling
+	// a hub that stays not ready logs the cause once, not per request.
+	notReady atomic.Pointer[string]
 }
 
 // New returns the HTTP handler of the API and the console. It panics only
@@ -322,7 +329,7 @@ func (s *server) readAuth(mux *http.ServeMux) http.Handler {
 // into 500 answers.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &statusWriter{ResponseWriter: w, hasBody: r.Body != nil && r.Body != http.NoBody}
+	rw := &statusWriter{ResponseWriter: w, hasBody: r.Body != nil && r.Body != http.NoBody, http1: r.ProtoMajor == 1}
 	// Deadlines are set per request, not as the server's WriteTimeout,
 	// which would cut the agents' long polls: the poll extends its own. A
 	// writer without deadlines (a test recorder) is served without them.
@@ -379,6 +386,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	if a.Ready {
+		s.notReady.Store(nil)
 		writeJSON(w, http.StatusOK, a)
 		return
 	}
@@ -390,7 +398,12 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		causes = append(causes, name+": "+cause)
 	}
-	s.log.Warn().Strs("failing", rd.Failing).Msg("hub not ready")
+	ev := s.log.Debug() // the same causes again
+	key := strings.Join(causes, "\n")
+	if prev := s.notReady.Swap(&key); prev == nil || *prev != key {
+		ev = s.log.Warn()
+	}
+	ev.Strs("failing", rd.Failing).Msg("hub not ready")
 	a.Error = &errorFields{Code: "not_ready", Message: "hub not ready: " + strings.Join(causes, "; "),
 		Details: map[string][]string{"failing": rd.Failing}}
 	writeJSON(w, http.StatusServiceUnavailable, a)
@@ -420,27 +433,54 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sum.Rollouts)
 }
 
-// RolloutAnswer is the body of GET /api/v1/rollouts/{id}.
+// RolloutAnswer is the body of GET /api/v1/rollouts/{id} and of the
+// rollout actions: the rollout, with the counters of all its items, and
+// one page of its items.
 type RolloutAnswer struct {
 	Rollout fleetwave.Rollout `json:"rollout"`
 	Items   []fleetwave.Item  `json:"items"`
+	// Next is the cursor of the next page of items, "" on the last one.
+	Next string `json:"next"`
 }
 
+// DefaultItemPageLimit is the page of items of GET /api/v1/rollouts/{id}
+// without a limit (capped at MaxPageLimit, as every list): the console's
+// rollout page shows it and reads it every second; a client that wants
+// every item follows the cursors.
+const DefaultItemPageLimit = 500
+
+// rollout answers GET /api/v1/rollouts/{id}?limit=N&cursor=C.
 func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
-	s.writeRollout(w, r)
+	limit, after, perr := page(r)
+	if perr != nil {
+		writeJSONError(w, perr)
+		return
+	}
+	if r.URL.Query().Get("limit") == "" {
+		limit = DefaultItemPageLimit
+	}
+	s.writeRollout(w, r, after, limit)
 }
 
-// writeRollout answers the rollout named in the path with its items.
-func (s *server) writeRollout(w http.ResponseWriter, r *http.Request) {
-	ro, items, err := s.hub.Rollout(r.Context(), r.PathValue("id"))
+// writeRollout answers the rollout named in the path with the page of its
+// items after item after.
+func (s *server) writeRollout(w http.ResponseWriter, r *http.Request, after string, limit int) {
+	ro, items, more, err := s.hub.RolloutPage(r.Context(), r.PathValue("id"), after, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if items == nil {
-		items = []fleetwave.Item{}
+	if len(items) > limit {
+		items, more = items[:limit], true
 	}
-	writeJSON(w, http.StatusOK, RolloutAnswer{Rollout: ro, Items: items})
+	a := RolloutAnswer{Rollout: ro, Items: items}
+	if a.Items == nil {
+		a.Items = []fleetwave.Item{}
+	}
+	if more && len(items) > 0 {
+		a.Next = cursorOf(items[len(items)-1].ID)
+	}
+	writeJSON(w, http.StatusOK, a)
 }
 
 // hookGit takes a git webhook. Its body is the git server's own payload:
@@ -571,7 +611,7 @@ func (s *server) rolloutState(w http.ResponseWriter, r *http.Request, id Identit
 		return
 	}
 	s.log.Info().Str("rollout", r.PathValue("id")).Str("action", action).Str("actor", id.Name).Msg("rollout state changed")
-	s.writeRollout(w, r)
+	s.writeRollout(w, r, "", DefaultItemPageLimit)
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -1120,18 +1160,23 @@ type statusWriter struct {
 	status   int
 	wrote    bool
 	hasBody  bool // the request came with a body
+	http1    bool // over HTTP/1.x, where an unread body holds the connection
 	bodyRead bool // a handler read it in full
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.status, w.wrote = code, true
-		if w.hasBody && !w.bodyRead {
+		if w.http1 && w.hasBody && !w.bodyRead {
 			// The server would drain an unread body, before answering and
 			// again after, to reuse the connection: a client dribbling it
 			// would hold the connection until the body deadline. An early
 			// answer (401, 429, 413, ...) goes out at once instead, and the
-			// connection closes right after it.
+			// connection closes right after it. Not over HTTP/2: there the
+			// server resets the stream of an unread body once its handler
+			// returns, and "Connection: close" would end the connection
+			// (GOAWAY) of every other request multiplexed on it; every
+			// HTTP/2 request has a Body, even a GET's.
 			w.Header().Set("Connection", "close")
 			_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now())
 		}

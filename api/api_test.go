@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +36,10 @@ type fakeHub struct {
 	// reportCtx, when set, replaces report and sees the request's context.
 	reportCtx func(context.Context, fleetwave.Report) error
 	summary   func() (fleetwave.Summary, error)
+	// rollout answers RolloutPage with the whole rollout, which the fake
+	// pages; pages records the RolloutPage calls.
 	rollout   func(id string) (fleetwave.Rollout, []fleetwave.Item, error)
+	pages     []string
 	readiness func() api.Readiness
 	verify    func(http.Header, []byte) error
 	synced    int
@@ -117,11 +121,31 @@ func (f *fakeHub) Summary(context.Context) (fleetwave.Summary, error) {
 	return fleetwave.Summary{}, nil
 }
 
-func (f *fakeHub) Rollout(_ context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
-	if f.rollout != nil {
-		return f.rollout(id)
+// RolloutPage pages the items f.rollout answers as the hub does: after
+// is an item id, and one the rollout does not hold is 400 invalid_query.
+// Each call is recorded in pages as "id after limit".
+func (f *fakeHub) RolloutPage(_ context.Context, id, after string, limit int) (fleetwave.Rollout, []fleetwave.Item, bool, error) {
+	f.mu.Lock()
+	f.pages = append(f.pages, fmt.Sprintf("%s %s %d", id, after, limit))
+	f.mu.Unlock()
+	if f.rollout == nil {
+		return fleetwave.Rollout{}, nil, false, api.ErrNotFound
 	}
-	return fleetwave.Rollout{}, nil, api.ErrNotFound
+	r, items, err := f.rollout(id)
+	if err != nil {
+		return r, nil, false, err
+	}
+	start := 0
+	if after != "" {
+		i := slices.IndexFunc(items, func(it fleetwave.Item) bool { return it.ID == after })
+		if i < 0 {
+			return r, nil, false, &api.Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: "cursor: not an item of this rollout",
+				Details: map[string]string{"field": "cursor"}}
+		}
+		start = i + 1
+	}
+	end := min(start+limit, len(items))
+	return r, items[start:end], end < len(items), nil
 }
 
 func (f *fakeHub) VerifyGitHook(h http.Header, body []byte) error {

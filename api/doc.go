@@ -100,7 +100,9 @@
 //	GET  /api/v1/summary        fleetwave.Summary
 //	GET  /api/v1/rollouts       [fleetwave.Rollout] (the summary's rollouts); with any of
 //	                            ?state=&brc=&lane=&limit=&cursor= a RolloutsPage, newest first
-//	GET  /api/v1/rollouts/{id}  {"rollout": fleetwave.Rollout, "items": [fleetwave.Item]}
+//	GET  /api/v1/rollouts/{id}?limit=N&cursor=C  {"rollout": fleetwave.Rollout (counters of every item),
+//	                            "items": [fleetwave.Item] (a page in dispatch order: 500 by default, at most
+//	                            1000), "next": cursor | ""}
 //	POST /api/v1/rollouts       operator or admin; body RolloutCreate ("dry_run": true plans
 //	                            only) -> 200 RolloutPlan (dry run) | 201 RolloutPlan with the
 //	                            commit of rollouts/<name>; 409 already_exists

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/api"
@@ -533,5 +536,36 @@ func TestBodiesAreStrict(t *testing.T) {
 				t.Fatalf("refused body reached the hub: %q", h.Calls())
 			}
 		})
+	}
+}
+
+// A probe polling a hub that stays not ready (a first sync of a large
+// repository takes a while) logs the cause once at warn, not per request;
+// a new cause, or not ready again after ready, is logged again.
+func TestReadyzLogsEachCauseOnce(t *testing.T) {
+	var logs bytes.Buffer
+	failing := []string{"snapshot"}
+	h := &fakeHub{readiness: func() api.Readiness {
+		checks := map[string]string{"redis": "ok", "snapshot": "ok"}
+		for _, f := range failing {
+			checks[f] = "error: no snapshot yet"
+		}
+		return api.Readiness{Checks: checks, Failing: failing}
+	}}
+	srv := newServer(t, h, api.WithLogger(zerolog.New(&logs).Level(zerolog.WarnLevel)))
+	probe := func(n int) {
+		for range n {
+			do(t, srv, request{method: "GET", path: "/readyz"})
+		}
+	}
+	probe(5)
+	failing = []string{"redis", "snapshot"}
+	probe(3)
+	failing = nil
+	probe(1)
+	failing = []string{"snapshot"}
+	probe(2)
+	if got := strings.Count(logs.String(), "hub not ready"); got != 3 {
+		t.Fatalf("%d warnings for 3 causes in a row:\n%s", got, logs.String())
 	}
 }

@@ -117,6 +117,42 @@ type Config struct {
 	// AgentArtifacts holds the agent builds the hub serves for the
 	// built-in upgrade of the fleetwave-agent block (artifacts.go).
 	AgentArtifacts AgentArtifactsConfig `yaml:"agent_artifacts"`
+	// Debug serves the Go runtime's profiles; off unless debug.listen is set.
+	Debug DebugConfig `yaml:"debug"`
+}
+
+// DebugConfig is hub.yaml's debug section: the Go runtime's profiles
+// (net/http/pprof: heap, goroutines, CPU, ...) under /debug/pprof/ on a
+// listener of their own, never the API's.
+type DebugConfig struct {
+	// Listen is the host:port of the profiles, e.g. 127.0.0.1:6060; unset
+	// = no profiles. It must be a loopback address unless AllowRemote.
+	Listen string `yaml:"listen"`
+	// AllowRemote lets Listen be any address. The profiles need no token,
+	// show the hub's command line and what its memory holds, and a CPU
+	// profile or trace costs the hub while it runs: open them beyond the
+	// host only on a trusted network.
+	AllowRemote bool `yaml:"allow_remote"`
+}
+
+// check wants Listen to be host:port, its host a loopback address (an
+// IP or localhost) unless AllowRemote.
+func (d DebugConfig) check() error {
+	if d.Listen == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(d.Listen)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("debug.listen %q: want host:port, e.g. 127.0.0.1:6060", d.Listen)
+	}
+	if d.AllowRemote {
+		return nil
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("debug.listen %q: the profiles need no token, so they listen on loopback only (127.0.0.1, [::1] or localhost); "+
+		"set debug.allow_remote: true to serve them on another address", d.Listen)
 }
 
 // ApprovalConfig is the approval policy. It lives in hub.yaml, not in the
@@ -325,6 +361,9 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, checkRedis(c.Redis)...)
 	if err := c.AgentArtifacts.check(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Debug.check(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

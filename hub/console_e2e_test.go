@@ -2,6 +2,7 @@ package hub_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -249,6 +250,28 @@ func TestConsoleDrivesTheFleet(t *testing.T) {
 			textOf(`#ro-lanes tr[data-node="n1"] td.attempts`)+".startsWith('1') && "+textOf(`#ro-lanes tr[data-node="n1"] td.action`)+" === 'install'")
 		op.wait("the lane", q(`#ro-lanes section.lane[data-lane=`+js(lane)+`]`))
 		op.shot("rollout")
+	})
+
+	run("a rollout's items page by page", func(t *testing.T) {
+		op.t = t
+		rows := "document.querySelectorAll('#ro-lanes tr[data-item]').length"
+		op.open("#/rollouts/app-g1?limit=3")
+		op.wait("the first page of 3 items, with more", rows+" === 3 && "+visible("#ro-more")+" && "+
+			textOf("#ro-shown")+" === '3 of 4 items shown' && "+textOf("#ro-why")+".includes('among the 3 shown of 4') && "+
+			textOf("#ro-counters")+".startsWith('total 4 ')")
+		op.shot("rollout-first-page")
+		op.click("#ro-more")
+		op.wait("every item, no more", rows+" === 4 && !"+visible("#ro-more")+" && "+textOf("#ro-shown")+" === '4 items' && "+
+			"!"+textOf("#ro-why")+".includes('among the')")
+		op.open("#/rollouts/app-g1")
+		op.wait("the default page holds the 4 items", rows+" === 4 && !"+visible("#ro-more"))
+		// a cursor that is not an item of the rollout
+		for _, c := range []string{"app-g1.5", "db-g1.1"} {
+			path := "/api/v1/rollouts/app-g1?cursor=" + base64.RawURLEncoding.EncodeToString([]byte(c))
+			if st, b := apiCall(t, addr, "GET", path, "tok-vic", ""); st != http.StatusBadRequest || !strings.Contains(b, `"invalid_query"`) || !strings.Contains(b, `"field":"cursor"`) {
+				t.Fatalf("GET with the cursor of %s: %d %s, want 400 invalid_query naming the cursor", c, st, b)
+			}
+		}
 	})
 
 	run("pause and resume, with the actor", func(t *testing.T) {

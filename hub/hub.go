@@ -225,20 +225,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	h.metrics = newMetrics(h)
-	h.server = &http.Server{
-		Handler:           api.New(h, api.WithLogger(base.With().Str("component", "api").Logger()), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
-		ReadHeaderTimeout: 10 * time.Second,
-		// A backstop for headers plus body: the API sets each request's
-		// body deadline (api.DefaultBodyTimeout) and write deadline itself;
-		// no WriteTimeout, which would cut the agents' long poll (the API
-		// gives it its wait plus the write time).
-		ReadTimeout: 10*time.Second + api.DefaultBodyTimeout,
-		// Agents poll again at once; a minute and a half of silence means
-		// the client is gone.
-		IdleTimeout: 90 * time.Second,
-		// Bearer tokens and webhook signatures are short; 64 KiB is ample.
-		MaxHeaderBytes: 64 << 10,
-	}
+	h.server = newServer(api.New(h, api.WithLogger(base.With().Str("component", "api").Logger()), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
+		defaultServerLimits, base.With().Str("component", "http").Logger())
 	if len(cfg.Agents.Tokens) == 0 {
 		h.log.Warn().Msg("no agent tokens configured: no agent can connect")
 	}
@@ -295,6 +283,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	})
 	h.log.Info().Str("addr", h.Addr()).Str("repo", h.cfg.Repo.URL).Str("branch", h.cfg.Repo.Branch).Str("redis", h.redis.mode).Msg("hub started")
 	wg.Go(func() { h.leaseLoop(ctx) })
+	wg.Go(func() { h.runDebug(ctx) })
 	wg.Go(func() {
 		if h.cfg.Repo.NoWatch {
 			return

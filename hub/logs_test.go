@@ -110,7 +110,7 @@ func TestLogLinesAreJSONWithEachKeyOnce(t *testing.T) {
 		}
 	}
 	for c := range components {
-		if !map[string]bool{"hub": true, "api": true, "engine": true, "gitsync": true, "redis": true}[c] {
+		if !map[string]bool{"hub": true, "api": true, "http": true, "debug": true, "engine": true, "gitsync": true, "redis": true}[c] {
 			t.Errorf("unknown component %q", c)
 		}
 	}

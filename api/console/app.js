@@ -489,8 +489,14 @@
 
   const waitingStates = ["pending", "retrying", "ambiguous", "in_progress"];
 
+  // The rollout page reads the first page of items (the API's default,
+  // or ?limit=N in the page's address) every second; "more items" adds
+  // the next page to what it reads.
+  let rolloutPages = 1;
   pages.rollout = {
     enter(r) {
+      rolloutPages = 1;
+      state.rolloutShown = null;
       state.seen["rollout"] = null;
       $("ro-id").textContent = r.id;
       $("ro-action-result").textContent = "";
@@ -500,17 +506,33 @@
     },
     async refresh() {
       const id = state.route.id;
-      let a;
-      try {
-        a = await api("GET", "api/v1/rollouts/" + encodeURIComponent(id));
-      } catch (err) {
-        if (err.status === 404) { flash("no rollout " + id); return; }
-        throw err;
+      const limit = state.route.query.limit || "";
+      let a = null;
+      let items = [];
+      let cursor = "";
+      for (let i = 0; i < rolloutPages; i++) {
+        const q = new URLSearchParams();
+        if (limit) { q.set("limit", limit); }
+        if (cursor) { q.set("cursor", cursor); }
+        const qs = q.toString();
+        try {
+          a = await api("GET", "api/v1/rollouts/" + encodeURIComponent(id) + (qs ? "?" + qs : ""));
+        } catch (err) {
+          if (err.status === 404) { flash("no rollout " + id); return; }
+          throw err;
+        }
+        items = items.concat(a.items || []);
+        cursor = a.next || "";
+        if (!cursor) { break; }
       }
       if (state.route.page !== "rollout" || state.route.id !== id) { return; }
-      renderRollout(a);
+      // the rollout as the last page read tells it: its counters cover
+      // every item, not only those shown
+      state.rolloutShown = { rollout: a.rollout, items: items, next: cursor };
+      renderRollout(state.rolloutShown);
     },
   };
+  $("ro-more").addEventListener("click", () => { rolloutPages++; kick(); });
 
   function renderRollout(a) {
     if (!changed("rollout", a)) { return; }
@@ -565,6 +587,12 @@
       why.push([line, key]);
     }
     if (why.length === 0) { why.push([r.status === "completed" ? "completed: nothing left to do" : "progressing", "none"]); }
+    const total = (r.counters || {}).total || 0;
+    if (a.next) {
+      why.push(["items counted among the " + items.length + " shown of " + total + "; more items below adds the next page", "partial"]);
+    }
+    text($("ro-shown"), a.next ? items.length + " of " + total + " items shown" : items.length + " items");
+    $("ro-more").hidden = !a.next;
     $("ro-why").replaceChildren(...why.map(([t, k]) => { const li = el("li", "", t); li.dataset.reason = k; return li; }));
 
     // lanes, then waves in each lane
@@ -646,7 +674,8 @@
         const a = await api("POST", "api/v1/rollouts/" + encodeURIComponent(rid) + "/" + action, {});
         out.textContent = pastTense[action] + " by " + (state.me ? state.me.name : "?") + " at " + new Date().toLocaleTimeString();
         out.dataset.actor = state.me ? state.me.name : "";
-        if (state.route.id === rid) { renderRollout(a); }
+        // the answer holds the first page only: keep the items shown
+        if (state.route.id === rid) { renderRollout(state.rolloutShown ? Object.assign({}, state.rolloutShown, { rollout: a.rollout }) : a); }
       } catch (err) {
         out.className = "result errors";
         out.textContent = errorText(err);

@@ -41,6 +41,7 @@ type simFlags struct {
 	logLevel   string
 	hubLog     string
 	statusInt  time.Duration
+	heapDir    string
 }
 
 func (f *simFlags) register(cmd *cobra.Command) {
@@ -52,6 +53,15 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.logLevel, "sim-log-level", "warn", "log level of the simulator (debug, info, warn, error)")
 	cmd.Flags().DurationVar(&f.statusInt, "status-interval", 2*time.Second, "status.interval of the hub this command starts")
 	cmd.Flags().StringVar(&f.hubLog, "hub-log-level", "warn", "log level of the hub this command starts (info logs every attempt and result)")
+	cmd.Flags().StringVar(&f.heapDir, "heap-profile", "", "directory for the heap profile of the hub this command starts, taken once the rollout is done (heap-<nodes>.pprof; read with go tool pprof -top -inuse_space)")
+}
+
+// heapProfile is the file of the hub's heap profile for n nodes ("" for none).
+func (f *simFlags) heapProfile(n int) string {
+	if f.heapDir == "" {
+		return ""
+	}
+	return filepath.Join(f.heapDir, fmt.Sprintf("heap-%d.pprof", n))
 }
 
 func (f *simFlags) logger(w io.Writer) zerolog.Logger {
@@ -92,7 +102,7 @@ repository of N nodes), rolls a block out to every node and prints the scale rep
 				}
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: nodes, Duration: sf.duration, Pollers: sf.pollers,
 					H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog, StatusInterval: sf.statusInt,
-					Logger: log, Progress: cmd.ErrOrStderr()})
+					Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(nodes)})
 				if err != nil {
 					return err
 				}
@@ -272,7 +282,7 @@ func devScaleCmd(stdout io.Writer) *cobra.Command {
 				}
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: n, Dir: dir, Keep: keep, Duration: sf.duration,
 					Pollers: sf.pollers, H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
-					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr()})
+					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n)})
 				if err != nil {
 					// the sizes measured so far are still reported
 					failed = fmt.Errorf("%d nodes: %w", n, err)

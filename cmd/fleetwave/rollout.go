@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,7 +85,10 @@ func rolloutCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			var a api.RolloutAnswer
-			if err := f.call(cmd, "GET", "/api/v1/rollouts/"+url.PathEscape(args[0]), nil, &a, rolloutHint); err != nil {
+			if err := f.call(cmd, "GET", rolloutPath(args[0], ""), nil, &a, rolloutHint); err != nil {
+				return err
+			}
+			if err := f.restOfItems(cmd, args[0], &a); err != nil {
 				return err
 			}
 			return emit(stdout, f.output, a, func(w io.Writer) { itemTable(w, a) })
@@ -114,11 +118,42 @@ func rolloutCmd(stdout io.Writer) *cobra.Command {
 				if err := f.call(cmd, "POST", "/api/v1/rollouts/"+url.PathEscape(args[0])+"/"+a.action, nil, &ans, rolloutHint); err != nil {
 					return err
 				}
+				if err := f.restOfItems(cmd, args[0], &ans); err != nil {
+					return err
+				}
 				return emit(stdout, f.output, ans, func(w io.Writer) { itemTable(w, ans) })
 			},
 		})
 	}
 	return cmd
+}
+
+// rolloutPath is the path of a page of rollout id's items: the largest
+// page the API gives, after cursor ("" for the first).
+func rolloutPath(id, cursor string) string {
+	q := url.Values{"limit": {strconv.Itoa(api.MaxPageLimit)}}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	return "/api/v1/rollouts/" + url.PathEscape(id) + "?" + q.Encode()
+}
+
+// restOfItems reads the pages of rollout id's items that follow a, a
+// page the hub answered, and adds them to it: the CLI shows every item.
+// The rollout becomes the last page's (the freshest counters).
+func (f *clientFlags) restOfItems(cmd *cobra.Command, id string, a *api.RolloutAnswer) error {
+	for a.Next != "" {
+		var page api.RolloutAnswer
+		if err := f.call(cmd, "GET", rolloutPath(id, a.Next), nil, &page, rolloutHint); err != nil {
+			return err
+		}
+		if page.Next == a.Next {
+			return fmt.Errorf("rollout %s: the hub answered the same page twice (cursor %s)", id, a.Next)
+		}
+		a.Rollout, a.Next = page.Rollout, page.Next
+		a.Items = append(a.Items, page.Items...)
+	}
+	return nil
 }
 
 // idArg wants exactly one non-empty id of what ("rollout", "node").

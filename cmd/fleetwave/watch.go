@@ -107,7 +107,7 @@ func watchRollout(cmd *cobra.Command, f *clientFlags, id string, interval time.D
 		ctx = context.Background()
 	}
 	c := f.client()
-	path := "/api/v1/rollouts/" + url.PathEscape(id)
+	path := "/api/v1/rollouts/" + url.PathEscape(id) + "?limit=1" // the rollout and its counters; not its items
 	var last watchEvent
 	seen, drawn, warned := false, false, false
 	var failingSince time.Time

@@ -76,6 +76,12 @@ func (h *scriptHub) Rollout(_ context.Context, id string) (fleetwave.Rollout, []
 	return r, nil, err
 }
 
+// RolloutPage answers the scripted rollout (it has no items).
+func (h *scriptHub) RolloutPage(ctx context.Context, id, _ string, _ int) (fleetwave.Rollout, []fleetwave.Item, bool, error) {
+	r, items, err := h.Rollout(ctx, id)
+	return r, items, false, err
+}
+
 func (h *scriptHub) Summary(context.Context) (fleetwave.Summary, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

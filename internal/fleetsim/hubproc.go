@@ -71,6 +71,8 @@ type hubProc struct {
 	url     string
 	dataDir string
 	log     string
+	// debugURL serves the hub's profiles (hub.yaml debug.listen).
+	debugURL string
 }
 
 // freePort asks the system for a free loopback port.
@@ -91,6 +93,10 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		return nil, fmt.Errorf("free port: %w", err)
 	}
 	dataDir := filepath.Join(dir, "hub")
+	debugPort, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("free port: %w", err)
+	}
 	cfg := map[string]any{
 		"repo":      map[string]any{"url": "file://" + remote, "branch": "main", "poll_interval": "30s"},
 		"redis":     "managed",
@@ -99,6 +105,7 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		"status":    map[string]any{"interval": statusInterval.String()},
 		"agents":    map[string]any{"tokens": tokens},
 		"lease_ttl": "15s",
+		"debug":     map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)},
 	}
 	b, err := json.Marshal(cfg) // JSON is YAML
 	if err != nil {
@@ -121,7 +128,8 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start hub: %w", err)
 	}
-	h := &hubProc{cmd: cmd, done: make(chan struct{}), url: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, log: logPath}
+	h := &hubProc{cmd: cmd, done: make(chan struct{}), url: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, log: logPath,
+		debugURL: fmt.Sprintf("http://127.0.0.1:%d", debugPort)}
 	go func() { _ = cmd.Wait(); close(h.done) }()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,9 +40,12 @@ type Scenario struct {
 	// the rollout runs (default 5), besides the push starting the rollout.
 	Pushes int
 	// Pollers, H2C and LocalAddrs are the fleet's (Options).
-	Pollers    int
-	H2C        bool
-	LocalAddrs []string
+	Pollers int
+	H2C     bool
+	// HeapProfile, when set, is the file the hub's heap profile is
+	// written to once the rollout is done (and the status committed).
+	HeapProfile string
+	LocalAddrs  []string
 	// StatusInterval is the hub's status.interval (default 2s).
 	StatusInterval time.Duration
 	// HubLogLevel is the hub's --log-level (default warn: info logs a line
@@ -98,7 +102,7 @@ type Result struct {
 	RedisUsed    int64
 	RedisPeak    int64
 	Summary      Latency // GET /api/v1/summary while the rollout ran
-	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran
+	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
 	Rollout      string  // the rollout's id
 	RolloutState fleetwave.RolloutStatus
 	Items        int // items of the rollout (API)
@@ -487,16 +491,13 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.StatusMean, res.StatusMax, res.StatusCount = status.Mean(), status.Max(), int(status.Count)
 
 	// the rollout as the API tells it, against what the fleet ran
-	var page struct {
-		Rollout fleetwave.Rollout `json:"rollout"`
-		Items   []fleetwave.Item  `json:"items"`
-	}
-	if _, err := timedGet(ctx, &http.Client{Timeout: time.Minute}, hub.url+"/api/v1/rollouts/"+mainID, &page); err != nil {
-		return res, fmt.Errorf("read rollout %s: %w", mainID, err)
+	rollout, items, err := readRollout(ctx, &http.Client{Timeout: time.Minute}, hub.url, mainID)
+	if err != nil {
+		return res, err
 	}
 	succ := fleet.Successes()
-	res.RolloutState, res.Items = page.Rollout.Status, len(page.Items)
-	for _, it := range page.Items {
+	res.RolloutState, res.Items = rollout.Status, len(items)
+	for _, it := range items {
 		// an item settled by a report rather than its result ends then
 		if d := it.CompletedAt.Sub(firstMain); it.Status == fleetwave.ItemCompleted && d > res.Makespan {
 			res.Makespan = d
@@ -518,6 +519,12 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("hub process: %w", err)
 	}
 	res.HubRSSPeak = st.HWM
+	if sc.HeapProfile != "" {
+		if err := fetchHeapProfile(ctx, hub.debugURL, sc.HeapProfile); err != nil {
+			return res, fmt.Errorf("heap profile: %w", err)
+		}
+		say("heap profile of the hub written to %s (go tool pprof -top -inuse_space %s)", sc.HeapProfile, sc.HeapProfile)
+	}
 	if res.RedisUsed, res.RedisPeak, err = redisMemory(ctx, hub.dataDir); err != nil {
 		return res, err
 	}
@@ -556,6 +563,32 @@ bypass_maintenance_window: true
 
 // timedGet GETs url, decodes a 200 answer into out (when not nil) and
 // returns the time to the whole answer.
+// readRollout reads rollout id with every item, following the cursors of
+// GET /api/v1/rollouts/{id} (pages of 1000 items, the API's largest).
+func readRollout(ctx context.Context, c *http.Client, hubURL, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
+	var items []fleetwave.Item
+	cursor := ""
+	for {
+		var page struct {
+			Rollout fleetwave.Rollout `json:"rollout"`
+			Items   []fleetwave.Item  `json:"items"`
+			Next    string            `json:"next"`
+		}
+		q := url.Values{"limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		if _, err := timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+url.PathEscape(id)+"?"+q.Encode(), &page); err != nil {
+			return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
+		}
+		items = append(items, page.Items...)
+		if page.Next == "" || page.Next == cursor {
+			return page.Rollout, items, nil
+		}
+		cursor = page.Next
+	}
+}
+
 func timedGet(ctx context.Context, c *http.Client, url string, out any) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -595,4 +628,32 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 		}
 	}
 	return nil
+}
+
+// fetchHeapProfile saves the hub's heap profile (debug.listen) to path.
+func fetchHeapProfile(ctx context.Context, debugURL, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, debugURL+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", req.URL, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
