@@ -27,6 +27,16 @@
 // in by callers must be clean and relative: under status/ for CommitStatus,
 // outside it for CommitFiles.
 //
+// # Reading a commit
+//
+// A sync of a new commit reads its trees several times (StatusOnly, Files,
+// Generations) and its blobs once. Decoded trees of the mirror are cached
+// by hash, and Files keeps the contents of the blobs it returned by object
+// id: the next Files reads only the blobs the previous one did not return,
+// so a commit that changes one file of thousands costs one blob read and
+// a walk of the trees. Both caches are correct for any commit because a
+// hash names one content; each is bounded (the blobs by the last tree).
+//
 // # Generations
 //
 // gitsync does not know the schema: a Normalizer injected by the hub says
@@ -37,8 +47,9 @@
 // generation and continues from it if it reappears). Because the diff skips
 // the top-level status/ tree by hash, the hub's own commits cost one tree
 // comparison each. States are cached per commit (a few recent ones), so a
-// new commit on top costs only its own diff; after a restart the history is
-// replayed once.
+// new commit on top costs only its own diff (the newest state is taken
+// over rather than copied, and only the objects the diff touches are
+// compared with the marks); after a restart the history is replayed once.
 //
 // Generations never decrease. The highest generation returned per object and
 // the commit it was returned at are kept as high-water marks, in memory and

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -46,7 +47,8 @@ type pathState struct {
 }
 
 // genState is the generation state after one commit. Cached states are
-// immutable; replay works on a clone.
+// not modified: replay works on a clone, or on the newest state itself
+// after removing it from the cache.
 type genState struct {
 	paths map[string]pathState
 	objs  map[fleetwave.ObjectKey]objState
@@ -115,6 +117,17 @@ func (g *genCache) put(h plumbing.Hash, s *genState) {
 	}
 }
 
+// newest reports whether h is the commit whose state was cached last.
+func (g *genCache) newest(h plumbing.Hash) bool {
+	return len(g.order) > 0 && g.order[len(g.order)-1] == h
+}
+
+// drop removes the state of commit h from the cache.
+func (g *genCache) drop(h plumbing.Hash) {
+	delete(g.states, h)
+	g.order = slices.DeleteFunc(g.order, func(x plumbing.Hash) bool { return x == h })
+}
+
 func (g *genCache) loadMarks() error {
 	data, err := os.ReadFile(g.file)
 	if errors.Is(err, os.ErrNotExist) {
@@ -135,10 +148,7 @@ func (g *genCache) loadMarks() error {
 }
 
 func (g *genCache) saveMarks() error {
-	data, err := json.Marshal(g.marks)
-	if err != nil {
-		return err
-	}
+	data := appendMarks(make([]byte, 0, 64+len(g.marks.Objects)*112), &g.marks)
 	tmp := g.file + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err
@@ -180,12 +190,13 @@ func (r *Repo) Generations(ctx context.Context, commit string) (map[fleetwave.Ob
 	// walk back along first parents to a cached state or the root
 	var chain []*object.Commit
 	var base *genState
-	baseTree := plumbing.ZeroHash
-	passedTip := false
+	baseHash, baseTree := plumbing.ZeroHash, plumbing.ZeroHash
+	passedTip, baseIsTip := false, false
 	for cur := c; ; {
 		if st, ok := g.states[cur.Hash]; ok {
-			base, baseTree = st, cur.TreeHash
-			passedTip = passedTip || cur.Hash == tip
+			base, baseHash, baseTree = st, cur.Hash, cur.TreeHash
+			baseIsTip = cur.Hash == tip
+			passedTip = passedTip || baseIsTip
 			break
 		}
 		chain = append(chain, cur)
@@ -203,8 +214,23 @@ func (r *Repo) Generations(ctx context.Context, commit string) (map[fleetwave.Ob
 		cur = p
 	}
 	st := newGenState()
-	if base != nil {
+	switch {
+	case base == nil:
+	case len(chain) > 0 && g.newest(baseHash):
+		// the usual step, a new commit on top of the last one: take the
+		// newest state over instead of copying every object (an older
+		// commit asked for later replays from an older state)
+		g.drop(baseHash)
+		st = base
+	default:
 		st = base.clone()
+	}
+	// The state cached at the marks' commit is the one recorded there
+	// (record then put, and SeedHighWater drops cached states), so from it
+	// only the objects the replay touches can move the marks.
+	var touched map[fleetwave.ObjectKey]bool
+	if baseIsTip {
+		touched = map[fleetwave.ObjectKey]bool{}
 	}
 	prevTree := baseTree
 	for i := len(chain) - 1; i >= 0; i-- {
@@ -213,7 +239,7 @@ func (r *Repo) Generations(ctx context.Context, commit string) (map[fleetwave.Ob
 		if err := r.diffTrees(ctx, prevTree, cm.TreeHash, "", true, &changes); err != nil {
 			return nil, err
 		}
-		if err := r.applyChanges(st, changes); err != nil {
+		if err := r.applyChanges(st, changes, touched); err != nil {
 			return nil, err
 		}
 		if cm.Hash == tip {
@@ -231,7 +257,7 @@ func (r *Repo) Generations(ctx context.Context, commit string) (map[fleetwave.Ob
 			g.raise(st)
 			r.opts.log.Info().Str("commit", c.Hash.String()).Str("previous", tip.String()).Msg("history rewritten: generations continue above returned ones")
 		}
-		if g.record(c.Hash, st) {
+		if g.record(c.Hash, st, touched) {
 			if err := g.saveMarks(); err != nil {
 				r.opts.log.Warn().Err(err).Msg("save generation marks")
 			}
@@ -286,22 +312,35 @@ func (g *genCache) raise(st *genState) {
 }
 
 // record makes st at commit the new high-water marks; it reports whether
-// anything changed.
-func (g *genCache) record(commit plumbing.Hash, st *genState) bool {
+// anything changed. When only is non-nil, st differs from the recorded
+// marks in those objects only, and only they are compared.
+func (g *genCache) record(commit plumbing.Hash, st *genState, only map[fleetwave.ObjectKey]bool) bool {
 	changed := g.marks.Tip != commit.String()
 	g.marks.Tip = commit.String()
-	for k, o := range st.objs {
+	set := func(k fleetwave.ObjectKey, o objState) {
 		m := mark{Gen: o.gen, Hash: o.hash}
 		if old, ok := g.marks.Objects[k]; !ok || old != m {
 			g.marks.Objects[k] = m
 			changed = true
 		}
 	}
+	if only != nil {
+		for k := range only {
+			if o, ok := st.objs[k]; ok {
+				set(k, o)
+			}
+		}
+		return changed
+	}
+	for k, o := range st.objs {
+		set(k, o)
+	}
 	return changed
 }
 
-// applyChanges replays one commit's changes onto st.
-func (r *Repo) applyChanges(st *genState, changes []change) error {
+// applyChanges replays one commit's changes onto st and adds the objects
+// it touches to all (when non-nil).
+func (r *Repo) applyChanges(st *genState, changes []change, all map[fleetwave.ObjectKey]bool) error {
 	touched := map[fleetwave.ObjectKey]bool{}
 	for _, ch := range changes {
 		if ps, ok := st.paths[ch.path]; ok {
@@ -339,8 +378,60 @@ func (r *Repo) applyChanges(st *genState, changes []change) error {
 			}
 		}
 		st.objs[k] = o
+		if all != nil {
+			all[k] = true
+		}
 	}
 	return nil
+}
+
+// appendMarks appends m as the JSON that encoding/json writes for it, the
+// objects in map order (readers do not care): at 100,000 objects this is
+// several times cheaper than json.Marshal, and it runs on every commit.
+func appendMarks(b []byte, m *marks) []byte {
+	b = append(b, '{')
+	if m.Tip != "" {
+		b = append(b, `"tip":`...)
+		b = appendJSONString(b, m.Tip)
+	}
+	if len(m.Objects) > 0 {
+		if m.Tip != "" {
+			b = append(b, ',')
+		}
+		b = append(b, `"objects":{`...)
+		first := true
+		for k, o := range m.Objects {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendJSONString(b, string(k))
+			b = append(b, `:{"gen":`...)
+			b = strconv.AppendInt(b, o.Gen, 10)
+			if o.Hash != "" {
+				b = append(b, `,"hash":`...)
+				b = appendJSONString(b, o.Hash)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string: as is when it is printable
+// ASCII with nothing to escape (object keys and hashes always are), else
+// through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func regular(m filemode.FileMode) bool {
@@ -375,17 +466,23 @@ func (r *Repo) contentHash(p string, h plumbing.Hash) (string, error) {
 	if v, ok := g.hashes[ck]; ok {
 		return v, nil
 	}
-	size, err := r.repo.Storer.EncodedObjectSize(h)
-	if err != nil {
-		return "", fmt.Errorf("blob %s of %s: %w", h, p, err)
-	}
 	var v string
+	data, cached := r.cachedBlob(h) // within the size limit when cached
+	size := int64(len(data))
+	if !cached {
+		var err error
+		if size, err = r.repo.Storer.EncodedObjectSize(h); err != nil {
+			return "", fmt.Errorf("blob %s of %s: %w", h, p, err)
+		}
+	}
 	if size > r.opts.maxFileSize {
 		v = blobHashPrefix + h.String()
 	} else {
-		data, err := readBlob(r, h)
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", p, err)
+		if !cached {
+			var err error
+			if data, err = readBlob(r, h); err != nil {
+				return "", fmt.Errorf("read %s: %w", p, err)
+			}
 		}
 		if norm, err := r.opts.norm.Normalize(p, data); err == nil {
 			data = norm

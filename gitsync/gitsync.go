@@ -14,6 +14,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/rs/zerolog"
 
@@ -164,6 +165,13 @@ type Repo struct {
 	repo     *git.Repository
 	lastHead plumbing.Hash
 	gens     *genCache
+	// blobs are the contents of the blobs of the tree Files read last, by
+	// object id (treeFiles).
+	blobs map[plumbing.Hash][]byte
+	// trees are decoded trees of the mirror by hash, treeEntries their
+	// number of entries (Repo.tree).
+	trees       map[plumbing.Hash]*object.Tree
+	treeEntries int
 
 	// writes queues CommitFiles calls (held across a whole write, its
 	// callbacks and backoff included; mu only around git work), so the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -45,6 +46,12 @@ func (r *Repo) treeOf(commit string) (plumbing.Hash, error) {
 // over the size limit and entries with unsafe names are not returned: each
 // is reported as a FileError so the caller can reject the commit with a
 // clear message. The error is non-nil only when the commit cannot be read.
+//
+// Contents are shared with the Repo's blob cache and with the maps later
+// calls return: callers must not modify them. Only the blobs that the
+// previous call did not return are read from the object store, so a
+// commit that changes one file of thousands costs one blob read (and a
+// walk of the trees, which is cheap next to reading blobs).
 func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []fleetwave.FileError, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -60,26 +67,53 @@ func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []f
 
 // treeFiles is Files for a root tree read from s (the mirror, or an
 // overlay holding a commit not written yet); the caller holds mu.
+//
+// r.blobs holds the blobs of the tree read last, by object id. An object
+// id is the hash of the content, so a cached blob is the right content in
+// any tree and any storer, and it was within the size limit (a Repo's
+// limit never changes) when it was cached: neither its size nor its
+// content is read again. The cache is then replaced by this tree's blobs,
+// which bounds it by one tree.
 func (r *Repo) treeFiles(ctx context.Context, s storer.EncodedObjectStorer, tree plumbing.Hash) (map[string][]byte, []fleetwave.FileError, error) {
-	files := map[string][]byte{}
+	prev := r.blobs
+	blobs := make(map[plumbing.Hash][]byte, len(prev))
+	files := make(map[string][]byte, len(prev))
 	var refused []fleetwave.FileError
 	err := r.walkFiles(ctx, s, tree, "", func(p string, e object.TreeEntry) error {
-		if fe, ok := r.refuse(s, p, e); !ok {
+		if !regular(e.Mode) {
+			fe, _ := r.refuse(s, p, e)
 			refused = append(refused, fe)
 			return nil
 		}
-		data, err := readBlobFrom(s, e.Hash, r.opts.maxFileSize)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
+		data, ok := prev[e.Hash]
+		if !ok {
+			if data, ok = blobs[e.Hash]; !ok {
+				if fe, ok := r.refuse(s, p, e); !ok {
+					refused = append(refused, fe)
+					return nil
+				}
+				var err error
+				if data, err = readBlobFrom(s, e.Hash, r.opts.maxFileSize); err != nil {
+					return fmt.Errorf("read %s: %w", p, err)
+				}
+			}
 		}
+		blobs[e.Hash] = data
 		files[p] = data
 		return nil
 	}, func(p, msg string) { refused = append(refused, fleetwave.FileError{Path: p, Msg: msg}) })
 	if err != nil {
 		return nil, nil, err
 	}
+	r.blobs = blobs
 	sort.Slice(refused, func(i, j int) bool { return refused[i].Path < refused[j].Path })
 	return files, refused, nil
+}
+
+// cachedBlob returns the content of blob h when the last Files read it.
+func (r *Repo) cachedBlob(h plumbing.Hash) ([]byte, bool) {
+	data, ok := r.blobs[h]
+	return data, ok
 }
 
 // refuse checks a non-directory entry: ok is false (with the reason) for
@@ -128,9 +162,9 @@ func (r *Repo) walkFiles(ctx context.Context, s storer.EncodedObjectStorer, tree
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t, err := object.GetTree(s, tree)
+	t, err := r.tree(s, tree)
 	if err != nil {
-		return fmt.Errorf("tree %s: %w", tree, err)
+		return err
 	}
 	for _, e := range t.Entries {
 		p := prefix + e.Name
@@ -170,7 +204,9 @@ type change struct {
 // diffTrees appends to out every file path that differs between trees a and
 // b (zero hash = empty tree), reading only tree objects; identical subtrees
 // are skipped by hash. With skipStatus the top-level status/ directory is
-// left out (a top-level file named "status" is not).
+// left out (a top-level file named "status" is not). Paths come in name
+// order within each directory, a directory's files before an entry of the
+// same name.
 func (r *Repo) diffTrees(ctx context.Context, a, b plumbing.Hash, prefix string, skipStatus bool, out *[]change) error {
 	if a == b {
 		return nil
@@ -178,27 +214,34 @@ func (r *Repo) diffTrees(ctx context.Context, a, b plumbing.Hash, prefix string,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ea, err := r.entries(a)
+	ea, err := r.sortedEntries(a)
 	if err != nil {
 		return err
 	}
-	eb, err := r.entries(b)
+	eb, err := r.sortedEntries(b)
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(ea)+len(eb))
-	for n := range ea {
-		names = append(names, n)
-	}
-	for n := range eb {
-		if _, ok := ea[n]; !ok {
-			names = append(names, n)
+	// a merge of the two sorted lists (a tree holds each name once)
+	for i, j := 0, 0; i < len(ea) || j < len(eb); {
+		var x, y object.TreeEntry
+		inA, inB := false, false
+		switch {
+		case j == len(eb) || (i < len(ea) && ea[i].Name < eb[j].Name):
+			x, inA = ea[i], true
+			i++
+		case i == len(ea) || eb[j].Name < ea[i].Name:
+			y, inB = eb[j], true
+			j++
+		default:
+			x, y, inA, inB = ea[i], eb[j], true, true
+			i++
+			j++
 		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		x, inA := ea[n]
-		y, inB := eb[n]
+		n := x.Name
+		if !inA {
+			n = y.Name
+		}
 		if skipStatus && prefix == "" && n == StatusDir && (!inA || x.Mode == filemode.Dir) && (!inB || y.Mode == filemode.Dir) {
 			continue
 		}
@@ -233,13 +276,66 @@ func (r *Repo) diffTrees(ctx context.Context, a, b plumbing.Hash, prefix string,
 	return nil
 }
 
+// sortedEntries returns the entries of tree sorted by name (nil for the
+// zero hash). Git sorts a directory as if its name ended in "/", which
+// differs from name order only for names holding characters below "/";
+// such a tree's entries are sorted into a copy. The result must not be
+// modified.
+func (r *Repo) sortedEntries(tree plumbing.Hash) ([]object.TreeEntry, error) {
+	if tree.IsZero() {
+		return nil, nil
+	}
+	t, err := r.tree(r.repo.Storer, tree)
+	if err != nil {
+		return nil, err
+	}
+	byName := func(a, b object.TreeEntry) int { return strings.Compare(a.Name, b.Name) }
+	if slices.IsSortedFunc(t.Entries, byName) {
+		return t.Entries, nil
+	}
+	es := slices.Clone(t.Entries)
+	slices.SortFunc(es, byName)
+	return es, nil
+}
+
+// maxCachedTreeEntries bounds the decoded trees kept by Repo.tree, counted
+// in entries: a few versions of a directory of 100,000 files.
+const maxCachedTreeEntries = 1 << 19
+
+// tree returns the decoded tree h of s. Trees of the mirror are cached by
+// hash (a hash names one content): a sync reads the trees of a new commit
+// several times (StatusOnly, Files, Generations), and a directory of many
+// thousand files costs milliseconds to inflate and decode each time. Trees
+// of another storer (an overlay holding a commit not written yet) are not
+// cached. The caller holds mu and must not modify the tree.
+func (r *Repo) tree(s storer.EncodedObjectStorer, h plumbing.Hash) (*object.Tree, error) {
+	mirror := s == r.repo.Storer
+	if mirror {
+		if t, ok := r.trees[h]; ok {
+			return t, nil
+		}
+	}
+	t, err := object.GetTree(s, h)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", h, err)
+	}
+	if mirror {
+		if r.trees == nil || r.treeEntries+len(t.Entries) > maxCachedTreeEntries {
+			r.trees, r.treeEntries = map[plumbing.Hash]*object.Tree{}, 0
+		}
+		r.trees[h] = t
+		r.treeEntries += len(t.Entries)
+	}
+	return t, nil
+}
+
 func (r *Repo) entries(tree plumbing.Hash) (map[string]object.TreeEntry, error) {
 	if tree.IsZero() {
 		return nil, nil
 	}
-	t, err := object.GetTree(r.repo.Storer, tree)
+	t, err := r.tree(r.repo.Storer, tree)
 	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", tree, err)
+		return nil, err
 	}
 	m := make(map[string]object.TreeEntry, len(t.Entries))
 	for _, e := range t.Entries {
