@@ -537,14 +537,3 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
-
-// driftOf is the observe-mode view of one node, for status/nodes.
-func driftOf(entries []reconciler.DriftEntry, node string) []reconciler.DriftEntry {
-	var out []reconciler.DriftEntry
-	for _, e := range entries {
-		if e.Node == node {
-			out = append(out, e)
-		}
-	}
-	return out
-}

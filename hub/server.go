@@ -54,12 +54,13 @@ var defaultServerLimits = serverLimits{
 	Write: api.DefaultWriteTimeout,
 	// Long polls are most of what is in flight, and a client multiplexing
 	// them (a proxy, the fleet simulator) opens another connection when
-	// one is full: 1000 streams put 100,000 polls on 100 connections, far
-	// under the file limit, while every connection still has its own
-	// frame-reading goroutine (one connection is served by one goroutine,
-	// so fewer, fuller connections would use fewer cores). The hub holds a
-	// handler goroutine per poll whatever the protocol.
-	Streams: 1000,
+	// one is full: 250 streams (Go's default) put 100,000 polls on 400
+	// connections, far under the file limit. More streams a connection
+	// cost CPU: the HTTP/2 write scheduler visits every stream of its
+	// connection for each frame it sends (at 1000, 15% of the hub's CPU
+	// with 100,000 agents). The hub holds a handler goroutine per poll
+	// whatever the protocol.
+	Streams: 250,
 }
 
 // newServer returns the API's HTTP server: HTTP/1.1 and unencrypted HTTP/2

@@ -348,6 +348,10 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
 		heldByNode[p.Node] = append(heldByNode[p.Node], status.Held{Block: p.Block, BRC: p.Trigger, Reason: p.Reason, Message: p.Message})
 	}
+	driftByNode := map[string][]reconciler.DriftEntry{}
+	for _, d := range drift {
+		driftByNode[d.Node] = append(driftByNode[d.Node], d)
+	}
 	for node := range nodes {
 		ns := status.Node{Node: node, Instances: []status.Instance{}}
 		if r := obs[node]; r != nil {
@@ -366,7 +370,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 				ns.UnknownNode = true
 			}
 		}
-		for _, d := range driftOf(drift, node) {
+		for _, d := range driftByNode[node] {
 			ns.Drift = append(ns.Drift, status.Drift{Node: d.Node, Block: d.Block, Trigger: d.Trigger, Kind: d.Kind, Desired: d.Desired, Observed: d.Observed})
 		}
 		if hist := versions[node]; len(hist) > 0 {
