@@ -16,7 +16,11 @@
 // file, then "format: <n>", then every other key sorted. Integers are
 // written as integers and times as quoted RFC 3339 strings. Nothing in a
 // document depends on the wall clock of the write, so writing the same
-// state twice gives the same bytes and no new commit.
+// state twice gives the same bytes and no new commit. A document's long
+// lists (a rollout's items, targets and waves, the summary's rollouts)
+// are rendered a chunk of elements at a time, so encoding needs memory
+// for the output and one chunk, not for a second copy of the document;
+// the bytes are the same as rendering the whole document at once.
 //
 // Versions. Format is the version of the document's shape. Version is the
 // newest this build reads and the one it writes. A document without a

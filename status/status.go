@@ -1,7 +1,6 @@
 package status
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,61 +89,6 @@ func (e *FormatError) Error() string {
 
 // header opens every document: the file belongs to the hub.
 const header = "# written by the fleetwave hub: edits here are overwritten\n"
-
-// encode renders doc (a struct whose JSON form is an object) as a status
-// document: header, format, then the other keys sorted.
-func encode(doc any) ([]byte, error) {
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var generic map[string]any
-	if err := dec.Decode(&generic); err != nil {
-		return nil, err
-	}
-	delete(generic, "format")
-	var b bytes.Buffer
-	b.WriteString(header)
-	b.WriteString("format: " + strconv.Itoa(Version) + "\n")
-	if len(generic) == 0 {
-		return b.Bytes(), nil
-	}
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(numbers(generic)); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
-// numbers turns the JSON numbers of v into int64 (or float64 when not an
-// integer), so that YAML writes 1000000, not 1e+06.
-func numbers(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			v[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = numbers(e)
-		}
-	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		if f, err := v.Float64(); err == nil {
-			return f
-		}
-		return v.String()
-	}
-	return v
-}
 
 // decode reads a status document into doc (a pointer to a struct) and
 // returns its format: 1 when it has none, a *FormatError when this build

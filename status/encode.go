@@ -1,0 +1,374 @@
+package status
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// chunkBytes is how much JSON of list elements encode gathers before it
+// renders them as YAML: with the output, the bound of its memory.
+const chunkBytes = 16 << 10
+
+// encode renders doc (a struct whose JSON form is an object) as a status
+// document: header, format, then the other keys sorted.
+//
+// The bytes are those of rendering the whole JSON form with one yaml.v3
+// encoder (indent 2), but a long list does not go through one generic
+// value: each non-empty slice field of doc is rendered a chunk of
+// elements at a time, as a top-level YAML sequence shifted right by two
+// spaces, which is how yaml.v3 writes a sequence under a top-level key.
+// That shift is exact because yaml.v3 places every nested line relative
+// to its parent (indent 2 keeps every level a multiple of 2), writes an
+// empty line of a block scalar without indentation, and never folds long
+// lines (its width is unlimited). The other keys are rendered as
+// before, in runs between the lists, in the order yaml.v3 sorts the
+// whole key set.
+func encode(doc any) ([]byte, error) { return encodeChunked(doc, chunkBytes) }
+
+// encodeChunked is encode rendering list elements chunk bytes of JSON at a
+// time (at least one element per chunk).
+func encodeChunked(doc any, chunk int) ([]byte, error) {
+	rest, lists := splitLists(doc)
+	data, err := json.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	generic, err := decodeJSONObject(data)
+	if err != nil {
+		return nil, err
+	}
+	delete(generic, "format")
+	byName := make(map[string]reflect.Value, len(lists))
+	for _, l := range lists {
+		// The emptied field is written as null, or left out (omitempty).
+		delete(generic, l.name)
+		byName[l.name] = l.elems
+	}
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("format: " + strconv.Itoa(Version) + "\n")
+	if len(generic)+len(lists) == 0 {
+		return b.Bytes(), nil
+	}
+	if len(lists) == 0 {
+		if err := encodeYAML(&b, generic); err != nil {
+			return nil, err
+		}
+		return b.Bytes(), nil
+	}
+	order, err := keyOrder(generic, lists)
+	if err != nil {
+		return nil, err
+	}
+	w := listWriter{out: &b, chunk: chunk}
+	run := map[string]any{}
+	for _, k := range order {
+		elems, isList := byName[k]
+		if !isList {
+			run[k] = generic[k]
+			continue
+		}
+		if len(run) > 0 {
+			if err := encodeYAML(&b, run); err != nil {
+				return nil, err
+			}
+			clear(run)
+		}
+		if err := w.write(k, elems); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	if len(run) > 0 {
+		if err := encodeYAML(&b, run); err != nil {
+			return nil, err
+		}
+	}
+	return b.Bytes(), nil
+}
+
+// list is a non-empty slice field of a document and its JSON name.
+type list struct {
+	name  string
+	elems reflect.Value
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// splitLists returns doc with its non-empty slice fields emptied, and
+// those fields. It splits only what encoding/json writes as a plain
+// array under the field's own name: doc is a struct without embedded
+// fields or JSON methods, the field's type has no methods, its elements
+// are no bytes (base64), its JSON name is one no other field has (and
+// not format, which the header writes). Any other doc is returned
+// whole, with no lists.
+func splitLists(doc any) (any, []list) {
+	v := reflect.ValueOf(doc)
+	if !v.IsValid() || v.Kind() != reflect.Struct || hasJSONMethods(v.Type()) {
+		return doc, nil
+	}
+	t := v.Type()
+	seen := map[string]int{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			return doc, nil
+		}
+		if name, ok := jsonName(f); ok {
+			seen[name]++
+		}
+	}
+	var lists []list
+	var rest reflect.Value
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, ok := jsonName(f)
+		if !ok || seen[name] != 1 || name == "format" || f.Type.Kind() != reflect.Slice || f.Type.Elem().Kind() == reflect.Uint8 ||
+			f.Type.NumMethod() != 0 || reflect.PointerTo(f.Type).NumMethod() != 0 || v.Field(i).Len() == 0 {
+			continue
+		}
+		if !rest.IsValid() {
+			rest = reflect.New(t).Elem()
+			rest.Set(v)
+		}
+		lists = append(lists, list{name: name, elems: v.Field(i)})
+		rest.Field(i).SetZero()
+	}
+	if len(lists) == 0 {
+		return doc, nil
+	}
+	return rest.Interface(), lists
+}
+
+func hasJSONMethods(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return t.Implements(jsonMarshaler) || p.Implements(jsonMarshaler) || t.Implements(textMarshaler) || p.Implements(textMarshaler)
+}
+
+// jsonName is the name encoding/json writes exported field f under, when
+// it is one made only of letters, digits, '_' and '-' (any other is left
+// to encoding/json, which may fall back to the Go name).
+func jsonName(f reflect.StructField) (string, bool) {
+	if !f.IsExported() {
+		return "", false
+	}
+	tag := f.Tag.Get("json")
+	if tag == "-" {
+		return "", false
+	}
+	name, _, _ := bytes.Cut([]byte(tag), []byte(","))
+	if len(name) == 0 {
+		return f.Name, true
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return "", false
+		}
+	}
+	return string(name), true
+}
+
+// keyOrder is the order yaml.v3 writes the keys of generic and the lists
+// in: it asks yaml.v3 to sort them all (its order is not byte order:
+// digit runs compare as numbers).
+func keyOrder(generic map[string]any, lists []list) ([]string, error) {
+	probe := make(map[string]int, len(generic)+len(lists))
+	for k := range generic {
+		probe[k] = 0
+	}
+	for _, l := range lists {
+		probe[l.name] = 0
+	}
+	out, err := yaml.Marshal(probe)
+	if err != nil {
+		return nil, err
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(out, &n); err != nil {
+		return nil, err
+	}
+	if len(n.Content) != 1 || n.Content[0].Kind != yaml.MappingNode || len(n.Content[0].Content) != 2*len(probe) {
+		return nil, errors.New("sort keys: unexpected YAML of the key set")
+	}
+	order := make([]string, 0, len(probe))
+	for i := 0; i < len(n.Content[0].Content); i += 2 {
+		order = append(order, n.Content[0].Content[i].Value)
+	}
+	return order, nil
+}
+
+// listWriter renders lists into out; its buffers are reused from list to
+// list.
+type listWriter struct {
+	out   *bytes.Buffer
+	chunk int
+	js    bytes.Buffer // JSON of the element being converted
+	yml   bytes.Buffer // YAML of one chunk, at column 0
+	elems []any        // the generic values of the chunk
+}
+
+// write renders key and its non-empty list elems as yaml.v3 would under a
+// top-level key.
+func (w *listWriter) write(key string, elems reflect.Value) error {
+	// The key as yaml.v3 writes it (quoted if it must be).
+	w.yml.Reset()
+	if err := encodeYAML(&w.yml, map[string]any{key: []any{}}); err != nil {
+		return err
+	}
+	head, ok := bytes.CutSuffix(w.yml.Bytes(), []byte(" []\n"))
+	if !ok {
+		return fmt.Errorf("unexpected YAML of the key: %q", w.yml.Bytes())
+	}
+	w.out.Write(head)
+	w.out.WriteString("\n")
+	// Strings of a type without methods are their own generic value when
+	// valid UTF-8 (encoding/json would replace invalid bytes).
+	plain := elems.Type().Elem().Kind() == reflect.String && elems.Type().Elem().NumMethod() == 0
+	w.js.Reset()
+	enc := json.NewEncoder(&w.js)
+	enc.SetEscapeHTML(false)
+	dec := json.NewDecoder(&w.js)
+	dec.UseNumber()
+	size, start, sized := 0, w.out.Len(), false
+	for i := range elems.Len() {
+		ev := elems.Index(i)
+		if plain && utf8.ValidString(ev.String()) {
+			w.elems = append(w.elems, ev.String())
+			size += ev.Len() + 2
+		} else {
+			n := w.js.Len()
+			if err := enc.Encode(ev.Interface()); err != nil {
+				return fmt.Errorf("element %d: %w", i, err)
+			}
+			size += w.js.Len() - n
+			var e any
+			if err := dec.Decode(&e); err != nil {
+				return fmt.Errorf("element %d: %w", i, err)
+			}
+			w.elems = append(w.elems, numbers(e))
+		}
+		if size >= w.chunk {
+			if err := w.flush(); err != nil {
+				return err
+			}
+			size = 0
+			if !sized {
+				// Room for the rest at the size of the first chunk (and
+				// some): the output then grows once, not by doubling.
+				sized = true
+				w.out.Grow((w.out.Len() - start) / (i + 1) * (elems.Len() - i - 1) * 9 / 8)
+			}
+		}
+	}
+	if len(w.elems) > 0 {
+		return w.flush()
+	}
+	return nil
+}
+
+// flush renders the gathered elements as a YAML sequence and appends it
+// to out two spaces to the right.
+func (w *listWriter) flush() error {
+	w.yml.Reset()
+	if err := encodeYAML(&w.yml, w.elems); err != nil {
+		return err
+	}
+	clear(w.elems)
+	w.elems = w.elems[:0]
+	indent(w.out, w.yml.Bytes())
+	return nil
+}
+
+// indent appends y to out with every line that is not empty two spaces
+// to the right. Lines end at every YAML line break (LF, CR, NEL, LS, PS),
+// as yaml.v3 writes such a break as is in a literal or single-quoted
+// scalar and starts the next line at its indentation.
+func indent(out *bytes.Buffer, y []byte) {
+	lineStart := true
+	done := 0
+	for i := 0; i < len(y); {
+		n := lineBreak(y[i:])
+		if lineStart && n == 0 {
+			out.Write(y[done:i])
+			out.WriteString("  ")
+			done = i
+		}
+		lineStart = n > 0
+		i += max(n, 1)
+	}
+	out.Write(y[done:])
+}
+
+// lineBreak is the length of the YAML line break b starts with, 0 if none.
+func lineBreak(b []byte) int {
+	switch {
+	case b[0] == '\n' || b[0] == '\r':
+		return 1
+	case b[0] < 0x80:
+		return 0
+	case len(b) >= 2 && b[0] == 0xC2 && b[1] == 0x85:
+		return 2
+	case len(b) >= 3 && b[0] == 0xE2 && b[1] == 0x80 && (b[2] == 0xA8 || b[2] == 0xA9):
+		return 3
+	}
+	return 0
+}
+
+// encodeYAML appends v as one YAML document (indent 2) to b.
+func encodeYAML(b *bytes.Buffer, v any) error {
+	enc := yaml.NewEncoder(b)
+	enc.SetIndent(2)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// decodeJSONObject reads a JSON object with its numbers made int64 (or
+// float64), as numbers does.
+func decodeJSONObject(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var generic map[string]any
+	if err := dec.Decode(&generic); err != nil {
+		return nil, err
+	}
+	for k, e := range generic {
+		generic[k] = numbers(e)
+	}
+	return generic, nil
+}
+
+// numbers turns the JSON numbers of v into int64 (or float64 when not an
+// integer), so that YAML writes 1000000, not 1e+06.
+func numbers(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = numbers(e)
+		}
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		if f, err := v.Float64(); err == nil {
+			return f
+		}
+		return v.String()
+	}
+	return v
+}
