@@ -1157,3 +1157,36 @@ func TestObserveReadsManyNodesInChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestALargeSpecIsCreatedInChunksAsOneRollout: a spec of more items than
+// one script takes becomes one rollout with every item, in order, and
+// says which spec became which item; sent again, it creates nothing.
+func TestALargeSpecIsCreatedInChunksAsOneRollout(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	h := newHarness(t, rdb)
+	n := 2*CreateChunk + 7
+	s := spec("big", n, "web", 1, 50, 0)
+	r, err := h.e.CreateRolloutResult(h.ctx, h.fence, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID != "big" || r.Outcome != OutcomeCreated || len(r.Items) != n || len(r.Created) != n {
+		t.Fatalf("created %q %s with %d items (%d indexes), want big created with %d", r.ID, r.Outcome, len(r.Items), len(r.Created), n)
+	}
+	for i, id := range r.Items {
+		if want := fmt.Sprintf("big.%d", i+1); id != want || r.Created[i] != i {
+			t.Fatalf("item %d is %s from spec %d, want %s from spec %d", i, id, r.Created[i], want, i)
+		}
+	}
+	ro, items := h.rollout("big")
+	if ro.Counters.Total != int64(n) || len(items) != n || items[n-1].Node != fmt.Sprintf("n%d", n) {
+		t.Fatalf("rollout has %d items (counted %d), want %d in order", len(items), ro.Counters.Total, n)
+	}
+	again, err := h.e.CreateRolloutResult(h.ctx, h.fence, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Items) != 0 {
+		t.Fatalf("sent again: %d items created", len(again.Items))
+	}
+}

@@ -127,7 +127,53 @@ type CreateResult struct {
 
 // CreateRolloutResult is CreateRolloutOutcome that also says which specs
 // became the items created.
+//
+// A spec of more than CreateChunk items is created CreateChunk items per
+// script: the first creates the rollout, the others join it (a script
+// holds every other Redis client while it runs, and one of 100,000 items
+// ran for seconds: leases failed to renew, agents' polls timed out). A
+// spec with split groups is created in one script (a group is created
+// whole or not at all).
 func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (CreateResult, error) {
+	if len(spec.Items) <= CreateChunk || hasGroups(spec.Items) {
+		return e.createChunk(ctx, fence, spec)
+	}
+	var out CreateResult
+	all := spec.Items
+	for lo := 0; lo < len(all); lo += CreateChunk {
+		spec.Items = all[lo:min(lo+CreateChunk, len(all))]
+		r, err := e.createChunk(ctx, fence, spec)
+		if err != nil {
+			return out, err
+		}
+		if lo == 0 || out.Outcome == OutcomeNone {
+			out.ID, out.Outcome = r.ID, r.Outcome
+		}
+		out.Items = append(out.Items, r.Items...)
+		for _, i := range r.Created {
+			out.Created = append(out.Created, lo+i)
+		}
+		switch r.Outcome {
+		case OutcomeStaleGeneration, OutcomeCancelled, OutcomeSuperseded:
+			return out, nil // the event takes no more items
+		}
+	}
+	return out, nil
+}
+
+// CreateChunk is the most items one create script takes.
+const CreateChunk = 2000
+
+func hasGroups(items []fleetwave.ItemSpec) bool {
+	for _, it := range items {
+		if it.Group != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) createChunk(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (CreateResult, error) {
 	src, err := json.Marshal(spec.Source)
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("encode rollout source: %w", err)
