@@ -1190,3 +1190,17 @@ func TestALargeSpecIsCreatedInChunksAsOneRollout(t *testing.T) {
 		t.Fatalf("sent again: %d items created", len(again.Items))
 	}
 }
+
+// TestAWaveTakesMaxConcurrentItemsAboveAThousand: a lane's scan once read
+// at most 1,000 pending ids, so a BRC with max_concurrent 5000 ran in
+// waves of 1,000.
+func TestAWaveTakesMaxConcurrentItemsAboveAThousand(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	h := newHarness(t, rdb)
+	h.create(spec("wide", 1700, "web", 1, 1500, 0))
+	h.step()
+	ro, _ := h.rollout("wide")
+	if ro.Counters.InProgress != 1500 || ro.Counters.Pending != 200 {
+		t.Fatalf("first wave: %+v, want 1500 in progress and 200 pending", ro.Counters)
+	}
+}

@@ -325,7 +325,7 @@ end
 -- budget lets it start; nil when in flight), idle (rollouts to drop from
 -- the budget's set), heals (ids in the pending zset that are not pending
 -- any more) and next(full), which returns the next unit in dispatch order
--- or nil at the end (or at mode.limit ids read).
+-- or nil at the end (or at mode.limit ids read, or max_concurrent and 64 more when larger).
 -- A unit is the pending items that leave together (one item, or the
 -- pending members of a split group, with reqs: their requirements) with
 -- the facts the plan needs (unit_facts). Units are read lazily,
@@ -357,7 +357,10 @@ local function lane_scan(rid, r, lane, mode)
     s.room, s.idle = budget_room(rid, r, lane)
   end
 
-  local chunk = math.min(mode.limit, 2 * s.mc + 64)
+  -- a wave may take max_concurrent items: the scan reads at least that
+  -- many (and some more, for items that cannot leave now)
+  local limit = math.max(mode.limit, s.mc + 64)
+  local chunk = math.min(limit, 2 * s.mc + 64)
   local ids, read, i = nil, 0, 0
   local groups = {}
   -- next_id returns the next pending id, reading the zset chunk by chunk
@@ -370,10 +373,10 @@ local function lane_scan(rid, r, lane, mode)
     i = i + 1
     local id = ids[i]
     if not id then
-      if #ids < chunk or read >= mode.limit then
+      if #ids < chunk or read >= limit then
         return nil
       end
-      ids = redis.call('ZRANGE', lp, read, read + math.min(chunk, mode.limit - read) - 1)
+      ids = redis.call('ZRANGE', lp, read, read + math.min(chunk, limit - read) - 1)
       read, i = read + #ids, 1
       id = ids[1]
     end
