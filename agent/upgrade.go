@@ -297,7 +297,7 @@ func (a *agent) agentUpgrade(ctx context.Context, att fleetwave.Attempt, log zer
 		return done(fleetwave.ResultTransient, "fleetwave: the agent could not write its upgrade marker")
 	}
 	log.Info().Time("deadline", deadline).Msg("agent upgrade: re-executing into the new build")
-	err = execve(candidate, os.Args, os.Environ())
+	err = whileTextBusy(func() error { return execve(candidate, os.Args, os.Environ()) })
 	// only when the new build could not be executed
 	_ = removeMarker(a.cfg.StateDir)
 	a.mu.Unlock()
@@ -417,13 +417,21 @@ func (a *agent) probeBuild(ctx context.Context, candidate, want, config string) 
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	out := &tailBuffer{max: 1024}
-	cmd := exec.CommandContext(ctx, candidate, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), ProbeEnv+"="+answer)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = pipeGrace
-	if err := cmd.Run(); err != nil {
+	var cmd *exec.Cmd
+	start := func() error { // a Cmd starts once: each try gets its own
+		cmd = exec.CommandContext(ctx, candidate, os.Args[1:]...)
+		cmd.Env = append(os.Environ(), ProbeEnv+"="+answer)
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c := cmd
+		cmd.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = pipeGrace
+		return cmd.Start()
+	}
+	if err := whileTextBusy(start); err != nil {
+		return err
+	}
+	if err := cmd.Wait(); err != nil {
 		if tail := lastLine(redact(out.String(), config)); tail != "" {
 			return fmt.Errorf("%v: %s", err, tail)
 		}
@@ -596,7 +604,7 @@ func (u *pendingUpgrade) giveBack() {
 	}
 	u.log.Warn().Str("why", u.m.Note).Msg("agent upgrade: giving the node back to the previous build")
 	a.mu.Lock()
-	err := execve(u.m.Exe, os.Args, os.Environ())
+	err := whileTextBusy(func() error { return execve(u.m.Exe, os.Args, os.Environ()) })
 	a.mu.Unlock()
 	u.log.Error().Err(err).Msg("agent upgrade: the previous build could not be executed")
 	if err := a.failUpgrade(u.m, fmt.Sprintf("%s; the previous build could not be executed: %v", u.m.Note, err), u.log); err != nil {
@@ -695,4 +703,19 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// whileTextBusy runs start again while it fails with ETXTBSY, for up to two
+// seconds. A build written moments ago can be busy for a while after its
+// file was closed: a child this process forked meanwhile (a block's
+// command) holds the write descriptor until it executes its own program.
+func whileTextBusy(start func() error) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := start()
+		if !errors.Is(err, syscall.ETXTBSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

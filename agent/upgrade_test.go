@@ -456,3 +456,22 @@ func TestRunAnswersTheUpgradeProbe(t *testing.T) {
 		t.Fatalf("a probe with an incomplete config: %v, want the config error", err)
 	}
 }
+
+func TestWhileTextBusyRetriesOnlyABusyFile(t *testing.T) {
+	tries := 0
+	err := whileTextBusy(func() error {
+		tries++
+		if tries < 3 {
+			return &os.PathError{Op: "fork/exec", Path: "fleetwave", Err: syscall.ETXTBSY}
+		}
+		return nil
+	})
+	if err != nil || tries != 3 {
+		t.Fatalf("err %v after %d tries, want success at the third", err, tries)
+	}
+	tries = 0
+	err = whileTextBusy(func() error { tries++; return os.ErrPermission })
+	if !errors.Is(err, os.ErrPermission) || tries != 1 {
+		t.Fatalf("err %v after %d tries, want the first error at once", err, tries)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -442,11 +443,21 @@ func (p *upgAgent) startOne() error {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "=== start %d of %s\n", p.starts+1, p.bin)
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return err
+	var cmd *exec.Cmd
+	// A binary copied moments ago can be busy: a process another test of
+	// this package forked meanwhile holds its write descriptor until it
+	// executes its own program (ETXTBSY). The agent retries the same way.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		cmd = exec.Command(p.bin, p.args...)
+		cmd.Stdout, cmd.Stderr = f, f
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		err := cmd.Start()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ETXTBSY) || time.Now().After(deadline) {
+			return err
+		}
 	}
 	p.mu.Lock()
 	p.cmd = cmd
