@@ -181,7 +181,7 @@ func New(opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-func newTransport(opts Options) *http.Transport {
+func newTransport(opts Options) http.RoundTripper {
 	conns := opts.Pollers + opts.Posters + 16
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	var next atomic.Uint64
@@ -194,19 +194,70 @@ func newTransport(opts Options) *http.Transport {
 			return dd.DialContext(ctx, network, addr)
 		}
 	}
-	t := &http.Transport{
-		DialContext:         dial,
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
+	if !opts.H2C {
+		return &http.Transport{
+			DialContext:         dial,
+			MaxIdleConns:        conns,
+			MaxIdleConnsPerHost: conns,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		}
 	}
-	if opts.H2C {
+	// One HTTP/2 transport opens a new connection whenever its
+	// connections are at the hub's stream limit, and requests that start
+	// together each dial their own: 10,000 polls started at once opened
+	// over 20,000 connections. So each transport here keeps one
+	// connection and waits for a free stream, and the fleet spreads its
+	// polls over enough of them to stay below the hub's limit. Results
+	// and reports have their own transports, so a connection full of
+	// polls never holds a result back.
+	h2 := func() *http.Transport {
+		t := &http.Transport{
+			DialContext:        dial,
+			MaxConnsPerHost:    1,
+			IdleConnTimeout:    90 * time.Second,
+			DisableCompression: true,
+		}
 		t.Protocols = new(http.Protocols)
 		t.Protocols.SetUnencryptedHTTP2(true)
-		t.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
+		t.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true}
+		return t
 	}
-	return t
+	pool := func(n int) []*http.Transport {
+		ts := make([]*http.Transport, (n+streamsPerConn-1)/streamsPerConn)
+		for i := range ts {
+			ts[i] = h2()
+		}
+		return ts
+	}
+	return &h2cPool{polls: pool(opts.Pollers + 16), posts: pool(opts.Posters + 16)}
+}
+
+// streamsPerConn is how many requests the fleet puts on one h2c
+// connection at most: below the hub's 250 streams, so that the uneven
+// turns of a round robin do not wait for a stream.
+const streamsPerConn = 200
+
+// h2cPool spreads requests over transports of one connection each:
+// GETs (the long polls) over one set, the rest over another.
+type h2cPool struct {
+	polls, posts []*http.Transport
+	next         atomic.Uint64
+}
+
+func (p *h2cPool) RoundTrip(req *http.Request) (*http.Response, error) {
+	ts := p.posts
+	if req.Method == http.MethodGet {
+		ts = p.polls
+	}
+	return ts[p.next.Add(1)%uint64(len(ts))].RoundTrip(req)
+}
+
+// CloseIdleConnections closes every transport's idle connection.
+func (p *h2cPool) CloseIdleConnections() {
+	for _, t := range append(p.polls, p.posts...) {
+		t.CloseIdleConnections()
+	}
 }
 
 // Pollers is the number of long polls the fleet keeps open at most.

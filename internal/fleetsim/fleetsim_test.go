@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,5 +271,72 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	if _, err := Run(t.Context(), Scenario{Nodes: 10}); err == nil || !strings.Contains(err.Error(), "binary") {
 		t.Errorf("Run without a binary: %v", err)
+	}
+}
+
+// TestH2CPollsShareFewConnections starts 2,000 requests at once over the
+// fleet's h2c client against an h2c server with the hub's 250 streams per
+// connection: they open one connection per 200 of them, where one
+// HTTP/2 transport opened more connections than requests.
+func TestH2CPollsShareFewConnections(t *testing.T) {
+	var conns atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 {
+			http.Error(w, "want HTTP/2", http.StatusBadRequest)
+			return
+		}
+		if r.Method == http.MethodGet {
+			<-release
+		}
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 250}
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+
+	const polls = 2000
+	rt := newTransport(Options{Pollers: polls, Posters: 64, H2C: true})
+	client := &http.Client{Transport: rt}
+	defer client.CloseIdleConnections()
+	errs := make(chan error, polls+1)
+	var wg sync.WaitGroup
+	for range polls {
+		wg.Go(func() {
+			resp, err := client.Get(srv.URL + "/poll")
+			if err == nil {
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("poll answered %s", resp.Status)
+				}
+				resp.Body.Close()
+			}
+			errs <- err
+		})
+	}
+	// A result posted while every poll holds its stream still goes.
+	time.Sleep(200 * time.Millisecond)
+	resp, err := client.Post(srv.URL+"/result", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatalf("result posted beside %d polls: %v", polls, err)
+	}
+	resp.Body.Close()
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 2,016 polls at 200 a connection, and one connection for results.
+	if n := conns.Load(); n > 12 {
+		t.Errorf("%d requests opened %d connections, want at most 12", polls+1, n)
 	}
 }
