@@ -95,8 +95,14 @@ type Hub struct {
 	// lostDocs are the closed documents of the rollouts Git says were
 	// unfinished but Redis no longer has (closeLostRollouts), by rollout
 	// id, until a status commit holds them.
-	lostDocs map[string][]byte
+	lostDocs map[string]map[string][]byte
 	gitFence int64
+	// parts remembers, per path of a large rollout's part, the items its
+	// last rendering holds and, until a status commit landed it, its
+	// bytes: a part whose items did not change is neither rendered nor
+	// written again (statusStep's goroutine only; reset with the fence).
+	parts     map[string]*renderedPart
+	partFence int64
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/

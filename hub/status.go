@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
@@ -97,6 +98,17 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	for _, id := range b.finished {
 		h.rolloutsWritten[id] = true // a landed commit holds its final document
+		prefix := strings.TrimSuffix(status.RolloutPath(id), ".yaml") + "/"
+		for p := range h.parts {
+			if strings.HasPrefix(p, prefix) {
+				delete(h.parts, p)
+			}
+		}
+	}
+	for _, p := range b.parts {
+		if rp := h.parts[p]; rp != nil {
+			rp.data = nil // landed: left out while its items stay the same
+		}
 	}
 	// the handled requests this commit holds are in Git now: remembered
 	// even if Redis loses them
@@ -159,6 +171,14 @@ type statusBatch struct {
 	requests map[string]fleetwave.RequestStatus
 	// lost are the closed documents of lost rollouts the batch commits.
 	lost []string
+	// parts are the rollout parts the batch writes (see Hub.parts).
+	parts []string
+}
+
+// renderedPart is one part of a large rollout's items as last rendered.
+type renderedPart struct {
+	items []fleetwave.Item
+	data  []byte // nil once a landed commit holds it
 }
 
 // statusFiles renders the status documents (package status): the summary,
@@ -195,11 +215,20 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	subject = "status: summary"
 	h.mu.Lock()
 	var lost []string
-	for id, doc := range h.lostDocs {
-		files[status.RolloutPath(id)] = doc // the engine's own document wins below
+	for id, docs := range h.lostDocs {
+		for p, doc := range docs {
+			files[p] = doc // the engine's own document wins below
+		}
 		lost = append(lost, id)
 	}
 	h.mu.Unlock()
+	// what this hub remembers of the parts it wrote holds only while it
+	// is the leader that wrote them
+	fence := h.currentFence()
+	if h.partFence != fence {
+		h.parts, h.partFence = map[string]*renderedPart{}, fence
+	}
+	var partsWritten []string
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
 		r := rollouts[i]
@@ -225,12 +254,29 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 					Action: it.Action, Status: it.Status, Reason: it.Reason})
 			}
 		}
-		doc, err := status.EncodeRollout(status.NewRollout(r, items))
+		main, parts := status.NewRollout(r, items).Split()
+		doc, err := status.EncodeRollout(main)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
 		h.metrics.statusRolloutReads.Inc()
 		files[status.RolloutPath(r.ID)] = doc
+		for _, pt := range parts {
+			path := status.RolloutPartPath(r.ID, pt.Part)
+			rp := h.parts[path]
+			if rp == nil || !slices.Equal(rp.items, pt.Items) {
+				data, err := status.EncodeRolloutPart(pt)
+				if err != nil {
+					return statusBatch{}, fmt.Errorf("rollout %s part %d: %w", r.ID, pt.Part, err)
+				}
+				rp = &renderedPart{items: pt.Items, data: data}
+				h.parts[path] = rp
+			}
+			if rp.data != nil {
+				files[path] = rp.data
+				partsWritten = append(partsWritten, path)
+			}
+		}
 		if done {
 			finished = append(finished, r.ID)
 		}
@@ -390,7 +436,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 		files[status.NodePath(node)] = doc
 	}
-	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost}, nil
+	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost, parts: partsWritten}, nil
 }
 
 // requestStatuses builds the "requests" section: every request the engine
@@ -493,23 +539,29 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 // requests they served are updated to match. It returns the closed
 // documents, committed by the next status write; a trigger's rollout is
 // planned again from the observations, a manual request is not.
-func (h *Hub) closeLostRollouts(ctx context.Context, files map[string][]byte, handled map[string]fleetwave.RequestStatus) map[string][]byte {
-	lost := map[string][]byte{}
+func (h *Hub) closeLostRollouts(ctx context.Context, files map[string][]byte, handled map[string]fleetwave.RequestStatus) map[string]map[string][]byte {
+	lost := map[string]map[string][]byte{}
+	file := func(p string) ([]byte, bool) { b, ok := files[p]; return b, ok }
 	for path, data := range files {
 		kind, id := status.ParsePath(path)
 		if kind != status.KindRollout {
 			continue
 		}
-		doc, err := status.DecodeRollout(data)
+		head, err := status.DecodeRollout(data)
 		if err != nil {
 			h.log.Warn().Err(err).Str("path", path).Msg("rollout status unreadable; left as it is")
 			continue
 		}
-		if doc.Rollout.Status.Finished() || doc.Rollout.ID != id {
+		if head.Rollout.Status.Finished() || head.Rollout.ID != id {
 			continue
 		}
 		if _, err := h.eng.RolloutRecord(ctx, id); !errors.Is(err, engine.ErrNotFound) {
 			continue // the engine has it (or cannot say now): it writes the document
+		}
+		doc, err := status.ReadRollout(id, data, file)
+		if err != nil {
+			h.log.Warn().Err(err).Str("path", path).Msg("rollout status unreadable; left as it is")
+			continue
 		}
 		r := doc.Rollout
 		r.Status, r.Reason, r.UpdatedAt = fleetwave.RolloutCancelled, fleetwave.ReasonStateLost, h.clock.Now().UTC()
@@ -527,7 +579,7 @@ func (h *Hub) closeLostRollouts(ctx context.Context, files map[string][]byte, ha
 			}
 			r.Counters.Add(it.Status, 1)
 		}
-		out, err := status.EncodeRollout(status.NewRollout(r, doc.Items))
+		out, err := status.RolloutFiles(status.NewRollout(r, doc.Items))
 		if err != nil {
 			h.log.Warn().Err(err).Str("rollout", id).Msg("close lost rollout")
 			continue

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,5 +292,96 @@ func TestParsePath(t *testing.T) {
 		if kind != tc.kind || id != tc.id {
 			t.Errorf("ParsePath(%q) = %q, %q; want %q, %q", tc.path, kind, id, tc.kind, tc.id)
 		}
+	}
+}
+
+// TestALargeRolloutIsWrittenInParts writes a rollout of 2,500 items: its
+// document lists three parts and each wave's size, the parts hold every
+// item, and reading them back gives the whole rollout. A change to one
+// item changes one part's bytes only.
+func TestALargeRolloutIsWrittenInParts(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	r := fleetwave.Rollout{ID: "web-g3", Status: fleetwave.RolloutActive, Wave: 2, CreatedAt: at, UpdatedAt: at}
+	var items []fleetwave.Item
+	for i := range 2500 {
+		it := fleetwave.Item{ID: fmt.Sprintf("web-g3-%05d", i), Rollout: r.ID, Node: fmt.Sprintf("n%05d", 2499-i), Block: "web",
+			Action: "upgrade", Generation: 3, Status: fleetwave.ItemPending, Source: fleetwave.SourceScheduler}
+		if i < 1500 {
+			it.Wave, it.Status, it.Attempts, it.CompletedAt = 1+i/1000, fleetwave.ItemCompleted, 1, at
+		}
+		items = append(items, it)
+	}
+	whole := NewRollout(r, items)
+	files, err := RolloutFiles(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPaths := []string{RolloutPath(r.ID), "status/rollouts/web-g3/items-0001.yaml", "status/rollouts/web-g3/items-0002.yaml", "status/rollouts/web-g3/items-0003.yaml"}
+	if len(files) != len(wantPaths) {
+		t.Fatalf("files %d, want %v", len(files), wantPaths)
+	}
+	for _, p := range wantPaths {
+		if _, ok := files[p]; !ok {
+			t.Fatalf("no %s among the files", p)
+		}
+	}
+	main, err := DecodeRollout(files[RolloutPath(r.ID)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(main.Items) != 0 || len(main.Targets) != 0 || len(main.Parts) != 3 || main.Parts[2].Items != 500 {
+		t.Fatalf("document: %d items, %d targets, parts %+v", len(main.Items), len(main.Targets), main.Parts)
+	}
+	if len(main.Waves) != 2 || main.Waves[0].Size != 1000 || main.Waves[1].Size != 500 || len(main.Waves[0].Nodes) != 0 {
+		t.Fatalf("document waves %+v", main.Waves)
+	}
+	if main.Rollout.Status != fleetwave.RolloutActive {
+		t.Fatalf("document rollout %+v", main.Rollout)
+	}
+	read := func(p string) ([]byte, bool) { b, ok := files[p]; return b, ok }
+	back, err := ReadRollout(r.ID, files[RolloutPath(r.ID)], read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Items) != len(items) || back.Parts != nil {
+		t.Fatalf("read back %d items, parts %v", len(back.Items), back.Parts)
+	}
+	for i := range items {
+		if back.Items[i] != items[i] {
+			t.Fatalf("item %d read back %+v, want %+v", i, back.Items[i], items[i])
+		}
+	}
+	if strings.Join(back.Targets, ",") != strings.Join(whole.Targets, ",") || len(back.Waves) != 2 || len(back.Waves[1].Nodes) != 500 {
+		t.Fatalf("read back targets or waves differ: %d targets, waves %d", len(back.Targets), len(back.Waves))
+	}
+
+	// one item of the second part changes: only that part's bytes do
+	items2 := append([]fleetwave.Item(nil), items...)
+	items2[1700].Status, items2[1700].Wave = fleetwave.ItemInProgress, 2
+	files2, err := RolloutFiles(NewRollout(r, items2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range wantPaths[1:] {
+		same := bytes.Equal(files[p], files2[p])
+		if same != (p != "status/rollouts/web-g3/items-0002.yaml") {
+			t.Errorf("%s: bytes unchanged = %v after item 1700 changed", p, same)
+		}
+	}
+
+	// a small rollout is one document, as before
+	small, err := RolloutFiles(NewRollout(r, items[:PartItems]))
+	if err != nil || len(small) != 1 {
+		t.Fatalf("a rollout of %d items: %d files, %v", PartItems, len(small), err)
+	}
+
+	// a part missing or of another rollout is an error, not fewer items
+	delete(files, wantPaths[2])
+	if _, err := ReadRollout(r.ID, files[RolloutPath(r.ID)], read); err == nil || !strings.Contains(err.Error(), "items-0002.yaml is missing") {
+		t.Fatalf("part missing: %v", err)
+	}
+	files[wantPaths[2]] = files[wantPaths[3]]
+	if _, err := ReadRollout(r.ID, files[RolloutPath(r.ID)], read); err == nil || !strings.Contains(err.Error(), "holds part 3") {
+		t.Fatalf("part 3 in the place of part 2: %v", err)
 	}
 }

@@ -76,14 +76,17 @@ func fleetwaveBinary(t *testing.T) string {
 	return binPath
 }
 
-// TestScenarioAgainstRealHub runs the scale scenario at 200 nodes against
-// a real hub process (managed redis-server, a git remote): the rollout
-// completes with every item run and reported exactly once, and every row
-// of the report is filled.
+// TestScenarioAgainstRealHub runs the scale scenario at 1,200 nodes
+// against a real hub process (managed redis-server, a git remote): the
+// rollout completes with every item run and reported exactly once, the
+// status committed to Git shows every item completed (in two parts: a
+// rollout above 1,000 items is written in parts), and every row of the
+// report is filled.
 func TestScenarioAgainstRealHub(t *testing.T) {
 	bin := fleetwaveBinary(t)
 	var progress bytes.Buffer
-	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: 200, Duration: 200 * time.Millisecond, Pushes: 2, Seed: 7,
+	const n = 1200
+	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: 200 * time.Millisecond, Pushes: 2, Seed: 7,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
 	t.Log(progress.String())
 	if err != nil {
@@ -92,9 +95,12 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	if res.RolloutState != fleetwave.RolloutCompleted {
 		t.Errorf("rollout %s is %s, want completed", res.Rollout, res.RolloutState)
 	}
-	if res.Items != 200 || res.Completed != 200 || res.DoneOnce != 200 || res.Duplicates != 0 {
-		t.Errorf("items %d, completed %d, done exactly once %d, duplicates %d: want 200, 200, 200, 0",
-			res.Items, res.Completed, res.DoneOnce, res.Duplicates)
+	if res.Items != n || res.Completed != n || res.DoneOnce != n || res.Duplicates != 0 {
+		t.Errorf("items %d, completed %d, done exactly once %d, duplicates %d: want %d, %d, %d, 0",
+			res.Items, res.Completed, res.DoneOnce, res.Duplicates, n, n, n)
+	}
+	if res.StatusItems != n || res.StatusParts != 2 {
+		t.Errorf("status in git: %d items completed in %d parts, want %d in 2", res.StatusItems, res.StatusParts, n)
 	}
 	if len(res.PushDispatch) != 3 || len(res.PushStages) != 2 {
 		t.Errorf("push samples %d and stages %d, want 3 and 2", len(res.PushDispatch), len(res.PushStages))
@@ -111,7 +117,7 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	if err := WriteTable(&table, []Result{res}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "200 nodes") || !strings.Contains(table.String(), "makespan / ideal") {
+	if !strings.Contains(table.String(), "1200 nodes") || !strings.Contains(table.String(), "makespan / ideal") {
 		t.Errorf("table lacks its header or rows:\n%s", table.String())
 	}
 	if err := xml.Unmarshal(SVG([]Result{res}), new(struct{})); err != nil {

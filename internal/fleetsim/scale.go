@@ -20,6 +20,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/fleetgen"
+	"github.com/fleetwave/fleetwave/status"
 )
 
 // Scenario configures one scale run (Run).
@@ -109,7 +110,11 @@ type Result struct {
 	Completed    int // of them completed
 	DoneOnce     int // completed items the fleet ran and reported exactly once
 	Duplicates   int // items with more than one success taken
-	Fleet        Stats
+	// StatusItems is how many of the rollout's items the status committed
+	// to Git shows completed once the rollout is (its document and, above
+	// status.PartItems items, its parts); StatusParts counts the parts.
+	StatusItems, StatusParts int
+	Fleet                    Stats
 }
 
 // PushStage splits one push -> first dispatch into the hub's stages, each
@@ -514,6 +519,15 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 			res.Duplicates++
 		}
 	}
+	// the status in Git: every item, as the rollout's last commit holds it
+	var statusErr error
+	if err := waitFor(ctx, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, func() bool {
+		res.StatusItems, res.StatusParts, statusErr = committedItems(ctx, dir, remote, mainID)
+		return statusErr == nil && res.StatusItems == res.Completed
+	}); err != nil {
+		return res, fmt.Errorf("status in git shows %d of %d items completed (%v): %w", res.StatusItems, res.Completed, statusErr, err)
+	}
+	say("status in git: %d items completed, in %d parts", res.StatusItems, res.StatusParts)
 	st, err := readProc(hub.pid())
 	if err != nil {
 		return res, fmt.Errorf("hub process: %w", err)
@@ -532,6 +546,37 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.LoadEnd = uptime()
 	say("done: status commit mean %v, hub peak RSS %d MiB, redis %d MiB", res.StatusMean.Round(time.Millisecond), res.HubRSSPeak>>20, res.RedisUsed>>20)
 	return res, nil
+}
+
+// committedItems reads rollout id's status from the remote's status
+// branch (its document and its parts) and counts the items it shows
+// completed, once the document says the rollout completed; -1 before.
+func committedItems(ctx context.Context, dir, remote, id string) (completed, parts int, err error) {
+	show := func(p string) ([]byte, bool) {
+		out, err := git(ctx, dir, "--git-dir", remote, "show", "fleetwave/status:"+p)
+		return []byte(out), err == nil
+	}
+	data, ok := show(status.RolloutPath(id))
+	if !ok {
+		return -1, 0, fmt.Errorf("no %s on fleetwave/status", status.RolloutPath(id))
+	}
+	head, err := status.DecodeRollout(data)
+	if err != nil {
+		return -1, 0, err
+	}
+	if head.Rollout.Status != fleetwave.RolloutCompleted {
+		return -1, len(head.Parts), fmt.Errorf("the document says %s", head.Rollout.Status)
+	}
+	d, err := status.ReadRollout(id, data, show)
+	if err != nil {
+		return -1, len(head.Parts), err
+	}
+	for _, it := range d.Items {
+		if it.Status == fleetwave.ItemCompleted {
+			completed++
+		}
+	}
+	return completed, len(head.Parts), nil
 }
 
 func brcMain(maxConcurrent int) string {
