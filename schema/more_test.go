@@ -1,8 +1,11 @@
 package schema
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,4 +238,56 @@ func FuzzLoad(f *testing.F) {
 		}
 		_, _ = Normalize(p, data)
 	})
+}
+
+// TestLoadDirReadsLikeLoad writes a tree of 300 node files to disk: what
+// LoadDir reads (in parallel) validates as Load does with the same bytes,
+// and a file above the size limit is reported by path, not read.
+func TestLoadDirReadsLikeLoad(t *testing.T) {
+	dir := t.TempDir()
+	tree := baseTree()
+	for i := range 300 {
+		tree[fmt.Sprintf("nodes/n%03d.yaml", i+100)] = fmt.Appendf(nil, "kind: node\nname: n%03d\nlabels:\n  env: prod\n  rack: r%d\n", i+100, i%7)
+	}
+	for p, b := range tree {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := newValidator(t)
+	fromDir, err := v.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromMap, err := v.Load(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fromDir.Objects) != len(fromMap.Objects) || len(fromDir.Nodes) != len(fromMap.Nodes) || len(fromMap.Nodes) < 301 {
+		t.Fatalf("LoadDir: %d objects, %d nodes; Load: %d objects", len(fromDir.Objects), len(fromDir.Nodes), len(fromMap.Objects))
+	}
+	for k, o := range fromMap.Objects {
+		if fromDir.Objects[k].Hash != o.Hash {
+			t.Fatalf("%s: LoadDir hash %q, Load hash %q", k, fromDir.Objects[k].Hash, o.Hash)
+		}
+	}
+	big := bytes.Repeat([]byte("# padding\n"), 20)
+	if err := os.WriteFile(filepath.Join(dir, "nodes", "n150.yaml"), append(big, tree["nodes/n150.yaml"]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	small, err := New(WithMaxFileSize(150))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = small.LoadDir(dir)
+	got, lerr := errorLines(err)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if want := fmt.Sprintf("nodes/n150.yaml: file is %d bytes, expected at most 150", len(big)+len(tree["nodes/n150.yaml"])); !slices.Contains(got, want) {
+		t.Fatalf("errors %v, want %q among them", got, want)
+	}
 }
