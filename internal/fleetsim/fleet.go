@@ -206,57 +206,107 @@ func newTransport(opts Options) http.RoundTripper {
 	// One HTTP/2 transport opens a new connection whenever its
 	// connections are at the hub's stream limit, and requests that start
 	// together each dial their own: 10,000 polls started at once opened
-	// over 20,000 connections. So each transport here keeps one
-	// connection and waits for a free stream, and the fleet spreads its
-	// polls over enough of them to stay below the hub's limit. Results
-	// and reports have their own transports, so a connection full of
-	// polls never holds a result back.
-	h2 := func() *http.Transport {
-		t := &http.Transport{
-			DialContext:        dial,
-			MaxConnsPerHost:    1,
-			IdleConnTimeout:    90 * time.Second,
-			DisableCompression: true,
+	// over 20,000 connections. So each transport here dials one
+	// connection, the pool lets at most streamsPerConn requests use it at
+	// once (net/http's own strict limit hung with hundreds of requests
+	// waiting), and the fleet spreads its polls over enough of them.
+	// Results and reports have their own transports, so a connection full
+	// of polls never holds a result back.
+	pool := func(n int) []*h2cConn {
+		cs := make([]*h2cConn, (n+streamsPerConn-1)/streamsPerConn)
+		for i := range cs {
+			t := &http.Transport{
+				DialContext:        dial,
+				MaxConnsPerHost:    1,
+				IdleConnTimeout:    90 * time.Second,
+				DisableCompression: true,
+			}
+			t.Protocols = new(http.Protocols)
+			t.Protocols.SetUnencryptedHTTP2(true)
+			cs[i] = &h2cConn{t: t, slots: make(chan struct{}, streamsPerConn)}
 		}
-		t.Protocols = new(http.Protocols)
-		t.Protocols.SetUnencryptedHTTP2(true)
-		t.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true}
-		return t
-	}
-	pool := func(n int) []*http.Transport {
-		ts := make([]*http.Transport, (n+streamsPerConn-1)/streamsPerConn)
-		for i := range ts {
-			ts[i] = h2()
-		}
-		return ts
+		return cs
 	}
 	return &h2cPool{polls: pool(opts.Pollers + 16), posts: pool(opts.Posters + 16)}
 }
 
 // streamsPerConn is how many requests the fleet puts on one h2c
-// connection at most: below the hub's 250 streams, so that the uneven
-// turns of a round robin do not wait for a stream.
-const streamsPerConn = 200
+// connection at most: the streams an HTTP/2 client may open before the
+// server's settings arrive (more would open another connection), below
+// the hub's 250.
+const streamsPerConn = 100
+
+// h2cConn is a transport of one connection and its free streams.
+type h2cConn struct {
+	t     *http.Transport
+	slots chan struct{}
+}
 
 // h2cPool spreads requests over transports of one connection each:
-// GETs (the long polls) over one set, the rest over another.
+// GETs (the long polls) over one set, the rest over another. A request
+// takes a stream of the first connection with one free, from a round
+// robin start, and gives it back when its answer's body is closed.
 type h2cPool struct {
-	polls, posts []*http.Transport
+	polls, posts []*h2cConn
 	next         atomic.Uint64
 }
 
 func (p *h2cPool) RoundTrip(req *http.Request) (*http.Response, error) {
-	ts := p.posts
+	cs := p.posts
 	if req.Method == http.MethodGet {
-		ts = p.polls
+		cs = p.polls
 	}
-	return ts[p.next.Add(1)%uint64(len(ts))].RoundTrip(req)
+	start := p.next.Add(1)
+	c := cs[start%uint64(len(cs))]
+	taken := false
+	for i := range uint64(len(cs)) {
+		if cc := cs[(start+i)%uint64(len(cs))]; tryTake(cc.slots) {
+			c, taken = cc, true
+			break
+		}
+	}
+	if !taken {
+		select {
+		case c.slots <- struct{}{}:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	resp, err := c.t.RoundTrip(req)
+	if err != nil {
+		<-c.slots
+		return nil, err
+	}
+	resp.Body = &slotBody{ReadCloser: resp.Body, free: func() { <-c.slots }}
+	return resp, nil
+}
+
+func tryTake(slots chan struct{}) bool {
+	select {
+	case slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// slotBody gives its stream back to the pool once closed.
+type slotBody struct {
+	io.ReadCloser
+	once sync.Once
+	free func()
+}
+
+func (b *slotBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.free)
+	return err
 }
 
 // CloseIdleConnections closes every transport's idle connection.
 func (p *h2cPool) CloseIdleConnections() {
-	for _, t := range append(p.polls, p.posts...) {
-		t.CloseIdleConnections()
+	for _, c := range append(p.polls, p.posts...) {
+		c.t.CloseIdleConnections()
 	}
 }
 

@@ -282,18 +282,22 @@ func TestNewRefusesBadOptions(t *testing.T) {
 
 // TestH2CPollsShareFewConnections starts 2,000 requests at once over the
 // fleet's h2c client against an h2c server with the hub's 250 streams per
-// connection: they open one connection per 200 of them, where one
-// HTTP/2 transport opened more connections than requests.
+// connection: they open one connection per 100 of them, where one
+// HTTP/2 transport opened more connections than requests. Then 1,000
+// more requests than the connections have streams wait for a stream
+// and all complete.
 func TestH2CPollsShareFewConnections(t *testing.T) {
 	var conns atomic.Int64
+	var gate atomic.Pointer[chan struct{}] // closed: the polls answer
 	release := make(chan struct{})
+	gate.Store(&release)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 {
 			http.Error(w, "want HTTP/2", http.StatusBadRequest)
 			return
 		}
 		if r.Method == http.MethodGet {
-			<-release
+			<-*gate.Load()
 		}
 	}))
 	srv.Config.Protocols = new(http.Protocols)
@@ -341,8 +345,37 @@ func TestH2CPollsShareFewConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 2,016 polls at 200 a connection, and one connection for results.
-	if n := conns.Load(); n > 12 {
-		t.Errorf("%d requests opened %d connections, want at most 12", polls+1, n)
+	// 2,016 polls at 100 a connection, and one connection for results.
+	if n := conns.Load(); n > 22 {
+		t.Errorf("%d requests opened %d connections, want at most 22", polls+1, n)
+	}
+
+	// more requests than streams: they take turns, none hangs
+	release = make(chan struct{})
+	gate.Store(&release)
+	errs = make(chan error, 3*polls)
+	for range 3000 {
+		wg.Go(func() {
+			resp, err := client.Get(srv.URL + "/poll")
+			if err == nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("3,000 requests over 2,100 streams did not complete within a minute")
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
