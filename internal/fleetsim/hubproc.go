@@ -87,7 +87,7 @@ func freePort() (int, error) {
 
 // startHub writes hub.yaml into dir and starts the hub on it; it returns
 // once /readyz answers 200 (or fails after timeout).
-func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, statusInterval, timeout time.Duration, logLevel string) (*hubProc, error) {
+func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, statusInterval, staleAfter, timeout time.Duration, logLevel string) (*hubProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
@@ -105,6 +105,7 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		"status":    map[string]any{"interval": statusInterval.String()},
 		"agents":    map[string]any{"tokens": tokens},
 		"lease_ttl": "15s",
+		"stale_after": staleAfter.String(),
 		"debug":     map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)},
 	}
 	b, err := json.Marshal(cfg) // JSON is YAML

@@ -308,7 +308,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, sc.StatusInterval, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
+	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, sc.StatusInterval, StaleAfter(sc.Nodes), 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
 	if err != nil {
 		return res, err
 	}
@@ -319,9 +319,9 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	fleet, err := New(Options{
 		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
 		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
-		// full reports as often as a real agent sends them: an attempt the
-		// hub counted lost (a late result) is settled by the next report
-		ReportEvery: 30 * time.Second,
+		// full reports as a real agent sends them: an attempt the hub
+		// counted lost (a late result) is settled by the next report
+		ReportEvery: ReportEvery(sc.Nodes),
 	})
 	if err != nil {
 		return res, err
@@ -578,6 +578,20 @@ func committedItems(ctx context.Context, dir, remote, id string) (completed, par
 	}
 	return completed, len(head.Parts), nil
 }
+
+// ReportEvery is the full report interval (the agents' report_interval)
+// the scale runs use for a fleet of n agents: the agent's default 30 s up
+// to 15,000 agents, then longer, so that the fleet sends about 500 full
+// reports a second (200 s at 100,000). At 30 s, 100,000 agents sent 3,300
+// a second: their posts held back the results, and attempts ran past
+// their deadlines.
+func ReportEvery(n int) time.Duration {
+	return max(30*time.Second, time.Duration(n)*time.Second/500)
+}
+
+// StaleAfter is the hub's stale_after that goes with ReportEvery(n):
+// three report intervals, at least the default 2 minutes.
+func StaleAfter(n int) time.Duration { return max(2*time.Minute, 3*ReportEvery(n)) }
 
 func brcMain(maxConcurrent int) string {
 	return fmt.Sprintf(`kind: "trigger"
