@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -110,6 +112,11 @@ func (h *Hub) statusStep(ctx context.Context) {
 			rp.data = nil // landed: left out while its items stay the same
 		}
 	}
+	for _, p := range b.nodes {
+		if d := h.nodeDocs[p]; d != nil {
+			d.data = nil // landed: left out while its content stays the same
+		}
+	}
 	// the handled requests this commit holds are in Git now: remembered
 	// even if Redis loses them
 	h.mu.Lock()
@@ -171,14 +178,23 @@ type statusBatch struct {
 	requests map[string]fleetwave.RequestStatus
 	// lost are the closed documents of lost rollouts the batch commits.
 	lost []string
-	// parts are the rollout parts the batch writes (see Hub.parts).
-	parts []string
+	// parts are the rollout parts the batch writes (see Hub.parts), nodes
+	// the node documents (Hub.nodeDocs).
+	parts, nodes []string
 }
 
 // renderedPart is one part of a large rollout's items as last rendered.
 type renderedPart struct {
 	items []fleetwave.Item
 	data  []byte // nil once a landed commit holds it
+}
+
+// renderedDoc is a status document as last rendered: the digest of what
+// it was rendered from (its JSON form) and its bytes, nil once a landed
+// commit holds them.
+type renderedDoc struct {
+	sum  [sha256.Size]byte
+	data []byte
 }
 
 // statusFiles renders the status documents (package status): the summary,
@@ -225,10 +241,10 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	// what this hub remembers of the parts it wrote holds only while it
 	// is the leader that wrote them
 	fence := h.currentFence()
-	if h.partFence != fence {
-		h.parts, h.partFence = map[string]*renderedPart{}, fence
+	if h.renderedFence != fence {
+		h.parts, h.nodeDocs, h.renderedFence = map[string]*renderedPart{}, map[string]*renderedDoc{}, fence
 	}
-	var partsWritten []string
+	var partsWritten, nodesWritten []string
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
 		r := rollouts[i]
@@ -430,13 +446,27 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].BRC < hl[j].Block+hl[j].BRC })
 			ns.Held = hl
 		}
-		doc, err := status.EncodeNode(ns)
+		path := status.NodePath(node)
+		form, err := json.Marshal(ns)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
 		}
-		files[status.NodePath(node)] = doc
+		sum := sha256.Sum256(form)
+		rd := h.nodeDocs[path]
+		if rd == nil || rd.sum != sum {
+			doc, err := status.EncodeNode(ns)
+			if err != nil {
+				return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
+			}
+			rd = &renderedDoc{sum: sum, data: doc}
+			h.nodeDocs[path] = rd
+		}
+		if rd.data != nil {
+			files[path] = rd.data
+			nodesWritten = append(nodesWritten, path)
+		}
 	}
-	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost, parts: partsWritten}, nil
+	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost, parts: partsWritten, nodes: nodesWritten}, nil
 }
 
 // requestStatuses builds the "requests" section: every request the engine
