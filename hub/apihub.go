@@ -167,6 +167,12 @@ func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 	if err := h.eng.Report(ctx, r); err != nil {
 		return h.apiError(ctx, err)
 	}
+	h.mu.Lock()
+	if h.reportTaken == nil {
+		h.reportTaken = map[string]time.Time{}
+	}
+	h.reportTaken[r.Node] = h.clock.Now()
+	h.mu.Unlock()
 	h.kick(h.reconcileSoon)
 	return nil
 }
@@ -399,6 +405,13 @@ func (h *Hub) WantsReport(node string) bool {
 	defer h.mu.Unlock()
 	if h.observed == nil || h.observed[node] {
 		return false // no reconcile yet (agents report at start), or reported
+	}
+	if at, ok := h.reportTaken[node]; ok && at.After(h.observedAt) {
+		// this hub took its report after the last reconcile read the
+		// observations: not lost, only newer than that reconcile (at
+		// 100,000 nodes, agents that registered while a reconcile ran
+		// were each asked for a second full report)
+		return false
 	}
 	if h.snapshot == nil || h.snapshot.Nodes[node] == nil {
 		return false

@@ -129,10 +129,14 @@ type Hub struct {
 	// statusApplied is the commit the status in Git says was in force
 	// (read at start).
 	statusApplied string
-	// observed are the nodes with a full report at the last reconcile;
-	// askedReport when each node was last asked for one (WantsReport).
+	// observed are the nodes with a full report at the last reconcile,
+	// whose read of the observations started at observedAt; askedReport
+	// when each node was last asked for one, reportTaken when this hub
+	// last took one (WantsReport).
 	observed    map[string]bool
+	observedAt  time.Time
 	askedReport map[string]time.Time
+	reportTaken map[string]time.Time
 }
 
 // Option configures a Hub.

@@ -77,7 +77,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		seen[n] = true
 	}
 	h.mu.Lock()
-	h.observed = seen
+	h.observed, h.observedAt = seen, observedAt
 	h.mu.Unlock()
 	h.loadGitRecords(ctx, fence)
 	if _, err := h.eng.SetDrained(ctx, fence, drainedNodes(snap)); err != nil {

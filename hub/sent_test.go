@@ -59,3 +59,30 @@ func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 		t.Fatalf("%d entries kept after ttl", len(s.items))
 	}
 }
+
+// TestWantsReportOnlyOfANodeTheObservationsLost: a node missing from the
+// last reconcile's observations is asked for a full report, unless this
+// hub took one from it after that reconcile read them (then the report
+// is only newer than the reconcile, as for every agent that registered
+// while a long reconcile ran); once asked, not again for a minute.
+func TestWantsReportOnlyOfANodeTheObservationsLost(t *testing.T) {
+	read := time.Now()
+	h := &Hub{snapshot: &fleetwave.Snapshot{Nodes: map[string]*fleetwave.Node{"n1": {}, "n2": {}, "n3": {}}},
+		observed: map[string]bool{"n3": true}, observedAt: read,
+		reportTaken: map[string]time.Time{"n1": read.Add(-time.Second), "n2": read.Add(time.Second)}}
+	if !h.WantsReport("n1") {
+		t.Error("n1 reported before the reconcile read the observations, which lack it: want a report")
+	}
+	if h.WantsReport("n1") {
+		t.Error("n1 asked twice within a minute")
+	}
+	if h.WantsReport("n2") {
+		t.Error("n2 reported after the reconcile read the observations: asked for another")
+	}
+	if h.WantsReport("n3") {
+		t.Error("n3 is observed: asked for a report")
+	}
+	if h.WantsReport("ghost") {
+		t.Error("a node the snapshot does not know was asked for a report")
+	}
+}
