@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -167,14 +169,39 @@ func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 	if err := h.eng.Report(ctx, r); err != nil {
 		return h.apiError(ctx, err)
 	}
+	// What the report says, without when: an agent's periodic report
+	// that says what its last one said changes no plan, and 100,000
+	// agents' reports each asking for a reconcile of the whole fleet kept
+	// one running all the time.
+	same := r
+	same.SentAt, same.ReceivedAt = time.Time{}, time.Time{}
+	form, err := json.Marshal(same)
+	if err != nil {
+		return err
+	}
+	sum, now := sha256.Sum256(form), h.clock.Now()
 	h.mu.Lock()
 	if h.reportTaken == nil {
-		h.reportTaken = map[string]time.Time{}
+		h.reportTaken = map[string]takenReport{}
 	}
-	h.reportTaken[r.Node] = h.clock.Now()
+	prev, known := h.reportTaken[r.Node]
+	h.reportTaken[r.Node] = takenReport{at: now, sum: sum}
+	asked, wasAsked := h.askedReport[r.Node]
 	h.mu.Unlock()
-	h.kick(h.reconcileSoon)
+	// a reconcile is asked for unless the report is the same as the last
+	// this hub took from the node, that one recent (the node was not
+	// stale), and the hub did not ask for it (Redis had lost the node's)
+	if !known || prev.sum != sum || now.Sub(prev.at) > h.cfg.StaleAfter.D()/2 || (wasAsked && now.Sub(asked) < reportAskEvery) {
+		h.kick(h.reconcileSoon)
+	}
 	return nil
+}
+
+// takenReport is when this hub last took a node's full report, and the
+// digest of what it said (Report).
+type takenReport struct {
+	at  time.Time
+	sum [sha256.Size]byte
 }
 
 // Summary returns the counters, the last sync and the rollouts.
@@ -406,7 +433,7 @@ func (h *Hub) WantsReport(node string) bool {
 	if h.observed == nil || h.observed[node] {
 		return false // no reconcile yet (agents report at start), or reported
 	}
-	if at, ok := h.reportTaken[node]; ok && at.After(h.observedAt) {
+	if tr, ok := h.reportTaken[node]; ok && tr.at.After(h.observedAt) {
 		// this hub took its report after the last reconcile read the
 		// observations: not lost, only newer than that reconcile (at
 		// 100,000 nodes, agents that registered while a reconcile ran

@@ -136,7 +136,7 @@ type Hub struct {
 	observed    map[string]bool
 	observedAt  time.Time
 	askedReport map[string]time.Time
-	reportTaken map[string]time.Time
+	reportTaken map[string]takenReport
 }
 
 // Option configures a Hub.

@@ -74,3 +74,53 @@ func TestALostRolloutInPartsIsClosedWholly(t *testing.T) {
 		t.Fatalf("closed counters %+v", c)
 	}
 }
+
+// TestAnUnchangedReportAsksForNoReconcile: a node's first report, one that
+// says something new, one after a long silence and one the hub asked for
+// each ask for a reconcile; a periodic report that says what the last one
+// said does not (at 100,000 agents those kept a reconcile of the whole
+// fleet running all the time).
+func TestAnUnchangedReportAsksForNoReconcile(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	e := engine.New(rdb, engine.WithPrefix("rep"), engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
+	ctx := context.Background()
+	if err := e.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := &Hub{eng: e, clock: clk, log: zerolog.Nop(), reconcileSoon: make(chan struct{}, 1), cfg: Config{StaleAfter: Duration(2 * time.Minute)}}
+	report := func(version string) bool {
+		t.Helper()
+		clk.Advance(30 * time.Second)
+		r := fleetwave.Report{Node: "n1", AgentVersion: "1.0.0", SentAt: clk.Now(),
+			Instances: []fleetwave.InstanceStatus{{Block: "web", Version: version, Generation: 1}}}
+		if err := h.Report(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.reconcileSoon:
+			return true
+		default:
+			return false
+		}
+	}
+	if !report("1") {
+		t.Error("the first report asked for no reconcile")
+	}
+	if report("1") {
+		t.Error("a report that says what the last said asked for a reconcile")
+	}
+	if !report("2") {
+		t.Error("a report with a new version asked for no reconcile")
+	}
+	clk.Advance(2 * time.Minute)
+	if !report("2") {
+		t.Error("the first report after a silence longer than half of stale_after asked for no reconcile")
+	}
+	h.mu.Lock()
+	h.askedReport = map[string]time.Time{"n1": clk.Now()}
+	h.mu.Unlock()
+	if !report("2") {
+		t.Error("a report the hub asked for (Redis had lost the node's) asked for no reconcile")
+	}
+}

@@ -69,7 +69,7 @@ func TestWantsReportOnlyOfANodeTheObservationsLost(t *testing.T) {
 	read := time.Now()
 	h := &Hub{snapshot: &fleetwave.Snapshot{Nodes: map[string]*fleetwave.Node{"n1": {}, "n2": {}, "n3": {}}},
 		observed: map[string]bool{"n3": true}, observedAt: read,
-		reportTaken: map[string]time.Time{"n1": read.Add(-time.Second), "n2": read.Add(time.Second)}}
+		reportTaken: map[string]takenReport{"n1": {at: read.Add(-time.Second)}, "n2": {at: read.Add(time.Second)}}}
 	if !h.WantsReport("n1") {
 		t.Error("n1 reported before the reconcile read the observations, which lack it: want a report")
 	}
