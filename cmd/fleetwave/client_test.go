@@ -25,7 +25,7 @@ func TestRolloutCommandsPauseResumeAndReadBack(t *testing.T) {
 	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	files := map[string]string{
 		"fleetwave.cue":  "kind: \"config\"\nname: \"fleetwave\"\n",
-		"blocks/app.cue": "kind: \"block\"\nname: \"app\"\nactions: { install: { command: \"sleep 0.4; echo ok > out\" }, upgrade: { command: \"true\" } }\n",
+		"blocks/app.cue": "kind: \"block\"\nname: \"app\"\nactions: { install: { command: \"sleep 2; echo ok > out\" }, upgrade: { command: \"true\" } }\n",
 		"brc/app.cue":    "kind: \"trigger\"\nname: \"app\"\nblock_name: \"app\"\ntarget_version: \"1\"\nmax_concurrent: 1\n",
 	}
 	nodes := []string{"a1", "a2", "a3", "a4"}
@@ -88,7 +88,16 @@ func TestRolloutCommandsPauseResumeAndReadBack(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitFor("the rollout to start", func(s string) bool { return strings.Contains(s, `"status": "active"`) }, "rollout", "get", "app-g1", "-o", "json")
+	// every node in the rollout (agents that register late join it), so
+	// that it still has pending items when paused
+	waitFor("every node to join the rollout", func(s string) bool {
+		for _, n := range nodes {
+			if !strings.Contains(s, "\n"+n+" ") {
+				return false
+			}
+		}
+		return true
+	}, "rollout", "get", "app-g1")
 	if errb, code := anon("rollout", "list"); code == 0 || !strings.Contains(errb, "unauthorized") {
 		t.Fatalf("a read without a token on a hub with identities: exit %d, %s", code, errb)
 	}
@@ -100,10 +109,13 @@ func TestRolloutCommandsPauseResumeAndReadBack(t *testing.T) {
 		t.Fatalf("pause: exit %d\n%s%s", code, out, errb)
 	}
 	// Paused: the in-flight item finishes, nothing new starts.
-	time.Sleep(time.Second)
 	out := waitFor("the in-flight item to finish", func(s string) bool { return !strings.Contains(s, "in_progress") }, "rollout", "get", "app-g1")
-	if strings.Count(out, "completed") > 2 || !strings.Contains(out, "pending") {
-		t.Fatalf("a paused rollout went on:\n%s", out)
+	if !strings.Contains(out, "pending") {
+		t.Fatalf("no item left pending to show the pause (every node joined before it):\n%s", out)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if later, _, _ := cli("rollout", "get", "app-g1"); strings.Count(later, "completed") != strings.Count(out, "completed") || strings.Contains(later, "in_progress") {
+		t.Fatalf("a paused rollout went on:\n%s\nthen:\n%s", out, later)
 	}
 	if out, errb, code := cli("rollout", "resume", "app-g1", "--token", "op-token"); code != 0 {
 		t.Fatalf("resume: exit %d\n%s%s", code, out, errb)
