@@ -15,20 +15,26 @@ import (
 	"github.com/fleetwave/fleetwave/status"
 )
 
+// engineHub is a hub of only an engine, on a real redis-server, and its
+// fake clock.
+func engineHub(t *testing.T) (*Hub, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	e := engine.New(redistest.Start(t).Client(t), engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &Hub{eng: e, clock: clk, log: zerolog.Nop()}, clk
+}
+
 // TestALostRolloutInPartsIsClosedWholly: Git holds an unfinished rollout of
 // 2,500 items in parts and the engine (a real redis-server) does not know
 // it. The hub closes it from its document and every part: pending items
 // skipped, the ones in flight blocked, the completed ones kept, and writes
 // it back in parts.
 func TestALostRolloutInPartsIsClosedWholly(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
-	e := engine.New(rdb, engine.WithPrefix("lost"), engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
+	h, clk := engineHub(t)
 	ctx := context.Background()
-	if err := e.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h := &Hub{eng: e, clock: clk, log: zerolog.Nop()}
 
 	r := fleetwave.Rollout{ID: "web-g7", Status: fleetwave.RolloutActive, Wave: 2, CreatedAt: clk.Now(), UpdatedAt: clk.Now()}
 	var items []fleetwave.Item
@@ -81,14 +87,9 @@ func TestALostRolloutInPartsIsClosedWholly(t *testing.T) {
 // said does not (at 100,000 agents those kept a reconcile of the whole
 // fleet running all the time).
 func TestAnUnchangedReportAsksForNoReconcile(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
-	e := engine.New(rdb, engine.WithPrefix("rep"), engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
+	h, clk := engineHub(t)
 	ctx := context.Background()
-	if err := e.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h := &Hub{eng: e, clock: clk, log: zerolog.Nop(), reconcileSoon: make(chan struct{}, 1), cfg: Config{StaleAfter: Duration(2 * time.Minute)}}
+	h.reconcileSoon, h.cfg = make(chan struct{}, 1), Config{StaleAfter: Duration(2 * time.Minute)}
 	report := func(version string) bool {
 		t.Helper()
 		clk.Advance(30 * time.Second)
