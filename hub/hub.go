@@ -97,16 +97,13 @@ type Hub struct {
 	// id, until a status commit holds them.
 	lostDocs map[string]map[string][]byte
 	gitFence int64
-	// parts remembers, per path of a large rollout's part, the items its
-	// last rendering holds and, until a status commit landed it, its
-	// bytes: a part whose items did not change is neither rendered nor
-	// written again (statusStep's goroutine only; reset with the fence).
-	parts         map[string]*renderedPart
+	// rendered remembers, per path of a status document that is
+	// rewritten only when it changed (a node's document, a part of a large
+	// rollout's items), the digest of what it was rendered from and, until
+	// a status commit landed it, its bytes (writeRendered; statusStep's
+	// goroutine only; forgotten when the fence changes).
+	rendered      map[string]*renderedDoc
 	renderedFence int64
-	// nodeDocs is the same for status/nodes/<id>.yaml, by path: a node
-	// document whose content did not change is neither encoded nor
-	// written again (100,000 of them took a fifth of the hub's CPU).
-	nodeDocs map[string]*renderedDoc
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/

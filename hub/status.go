@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
@@ -100,20 +99,9 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	for _, id := range b.finished {
 		h.rolloutsWritten[id] = true // a landed commit holds its final document
-		prefix := strings.TrimSuffix(status.RolloutPath(id), ".yaml") + "/"
-		for p := range h.parts {
-			if strings.HasPrefix(p, prefix) {
-				delete(h.parts, p)
-			}
-		}
 	}
-	for _, p := range b.parts {
-		if rp := h.parts[p]; rp != nil {
-			rp.data = nil // landed: left out while its items stay the same
-		}
-	}
-	for _, p := range b.nodes {
-		if d := h.nodeDocs[p]; d != nil {
+	for _, p := range b.rendered {
+		if d := h.rendered[p]; d != nil {
 			d.data = nil // landed: left out while its content stays the same
 		}
 	}
@@ -178,15 +166,8 @@ type statusBatch struct {
 	requests map[string]fleetwave.RequestStatus
 	// lost are the closed documents of lost rollouts the batch commits.
 	lost []string
-	// parts are the rollout parts the batch writes (see Hub.parts), nodes
-	// the node documents (Hub.nodeDocs).
-	parts, nodes []string
-}
-
-// renderedPart is one part of a large rollout's items as last rendered.
-type renderedPart struct {
-	items []fleetwave.Item
-	data  []byte // nil once a landed commit holds it
+	// rendered are the documents of Hub.rendered the batch writes.
+	rendered []string
 }
 
 // renderedDoc is a status document as last rendered: the digest of what
@@ -195,6 +176,34 @@ type renderedPart struct {
 type renderedDoc struct {
 	sum  [sha256.Size]byte
 	data []byte
+}
+
+// writeRendered puts the document at path, rendered from form by encode,
+// into files, unless a landed status commit already holds what form says:
+// encode runs only when form changed. A 100,000-node fleet's documents
+// (one per node, a rollout's parts) took nearly half of the hub's CPU when
+// encoded and written again for every commit. It returns whether files
+// got the document.
+func (h *Hub) writeRendered(files map[string][]byte, path string, form any, encode func() ([]byte, error)) (bool, error) {
+	j, err := json.Marshal(form)
+	if err != nil {
+		return false, err
+	}
+	sum := sha256.Sum256(j)
+	d := h.rendered[path]
+	if d == nil || d.sum != sum {
+		data, err := encode()
+		if err != nil {
+			return false, err
+		}
+		d = &renderedDoc{sum: sum, data: data}
+		h.rendered[path] = d
+	}
+	if d.data == nil {
+		return false, nil
+	}
+	files[path] = d.data
+	return true, nil
 }
 
 // statusFiles renders the status documents (package status): the summary,
@@ -238,13 +247,13 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		lost = append(lost, id)
 	}
 	h.mu.Unlock()
-	// what this hub remembers of the parts it wrote holds only while it
-	// is the leader that wrote them
+	// what this hub remembers of the documents it wrote (writeRendered)
+	// holds only while it is the leader that wrote them
 	fence := h.currentFence()
 	if h.renderedFence != fence {
-		h.parts, h.nodeDocs, h.renderedFence = map[string]*renderedPart{}, map[string]*renderedDoc{}, fence
+		h.rendered, h.renderedFence = map[string]*renderedDoc{}, fence
 	}
-	var partsWritten, nodesWritten []string
+	var rendered []string
 	var newest *fleetwave.Rollout
 	for i := range rollouts {
 		r := rollouts[i]
@@ -279,18 +288,12 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		files[status.RolloutPath(r.ID)] = doc
 		for _, pt := range parts {
 			path := status.RolloutPartPath(r.ID, pt.Part)
-			rp := h.parts[path]
-			if rp == nil || !slices.Equal(rp.items, pt.Items) {
-				data, err := status.EncodeRolloutPart(pt)
-				if err != nil {
-					return statusBatch{}, fmt.Errorf("rollout %s part %d: %w", r.ID, pt.Part, err)
-				}
-				rp = &renderedPart{items: pt.Items, data: data}
-				h.parts[path] = rp
+			wrote, err := h.writeRendered(files, path, pt, func() ([]byte, error) { return status.EncodeRolloutPart(pt) })
+			if err != nil {
+				return statusBatch{}, fmt.Errorf("rollout %s part %d: %w", r.ID, pt.Part, err)
 			}
-			if rp.data != nil {
-				files[path] = rp.data
-				partsWritten = append(partsWritten, path)
+			if wrote {
+				rendered = append(rendered, path)
 			}
 		}
 		if done {
@@ -447,26 +450,15 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			ns.Held = hl
 		}
 		path := status.NodePath(node)
-		form, err := json.Marshal(ns)
+		wrote, err := h.writeRendered(files, path, ns, func() ([]byte, error) { return status.EncodeNode(ns) })
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
 		}
-		sum := sha256.Sum256(form)
-		rd := h.nodeDocs[path]
-		if rd == nil || rd.sum != sum {
-			doc, err := status.EncodeNode(ns)
-			if err != nil {
-				return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
-			}
-			rd = &renderedDoc{sum: sum, data: doc}
-			h.nodeDocs[path] = rd
-		}
-		if rd.data != nil {
-			files[path] = rd.data
-			nodesWritten = append(nodesWritten, path)
+		if wrote {
+			rendered = append(rendered, path)
 		}
 	}
-	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost, parts: partsWritten, nodes: nodesWritten}, nil
+	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost, rendered: rendered}, nil
 }
 
 // requestStatuses builds the "requests" section: every request the engine
