@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"unicode/utf8"
 
@@ -23,19 +24,54 @@ const chunkBytes = 16 << 10
 // The bytes are those of rendering the whole JSON form with one yaml.v3
 // encoder (indent 2), but a long list does not go through one generic
 // value: each non-empty slice field of doc is rendered a chunk of
-// elements at a time, as a top-level YAML sequence shifted right by two
-// spaces, which is how yaml.v3 writes a sequence under a top-level key.
-// That shift is exact because yaml.v3 places every nested line relative
-// to its parent (indent 2 keeps every level a multiple of 2), writes an
-// empty line of a block scalar without indentation, and never folds long
-// lines (its width is unlimited). The other keys are rendered as
-// before, in runs between the lists, in the order yaml.v3 sorts the
-// whole key set.
+// elements at a time, by emitYAML's emitter, as yaml.v3 writes a
+// sequence under a top-level key. The other keys are rendered in runs
+// between the lists, in the order yaml.v3 sorts the whole key set. A
+// list holding what the emitter leaves to yaml.v3 (a string with a line
+// break other than LF: yaml.v3 does not always indent the line after
+// it) has the whole document rendered as one generic value.
 func encode(doc any) ([]byte, error) { return encodeChunked(doc, chunkBytes) }
+
+// errWhole: a list holds what emitYAML leaves to yaml.v3 (a complex key,
+// a line break other than LF), which only yaml.v3 rendering the whole
+// document places right.
+var errWhole = errors.New("list left to yaml.v3")
 
 // encodeChunked is encode rendering list elements chunk bytes of JSON at a
 // time (at least one element per chunk).
 func encodeChunked(doc any, chunk int) ([]byte, error) {
+	out, err := encodeLists(doc, chunk)
+	if errors.Is(err, errWhole) {
+		return encodeWhole(doc)
+	}
+	return out, err
+}
+
+// encodeWhole renders doc's whole JSON form as one generic value.
+func encodeWhole(doc any) ([]byte, error) {
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	generic, err := decodeJSONObject(data)
+	if err != nil {
+		return nil, err
+	}
+	delete(generic, "format")
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("format: " + strconv.Itoa(Version) + "\n")
+	if len(generic) == 0 {
+		return b.Bytes(), nil
+	}
+	if err := encodeYAML(&b, generic); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// encodeLists is encodeChunked but for errWhole.
+func encodeLists(doc any, chunk int) ([]byte, error) {
 	rest, lists := splitLists(doc)
 	data, err := json.Marshal(rest)
 	if err != nil {
@@ -64,10 +100,7 @@ func encodeChunked(doc any, chunk int) ([]byte, error) {
 		}
 		return b.Bytes(), nil
 	}
-	order, err := keyOrder(generic, lists)
-	if err != nil {
-		return nil, err
-	}
+	order := keyOrder(generic, lists)
 	w := listWriter{out: &b, chunk: chunk}
 	run := map[string]any{}
 	for _, k := range order {
@@ -83,6 +116,9 @@ func encodeChunked(doc any, chunk int) ([]byte, error) {
 			clear(run)
 		}
 		if err := w.write(k, elems); err != nil {
+			if errors.Is(err, errWhole) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
 	}
@@ -179,32 +215,17 @@ func jsonName(f reflect.StructField) (string, bool) {
 }
 
 // keyOrder is the order yaml.v3 writes the keys of generic and the lists
-// in: it asks yaml.v3 to sort them all (its order is not byte order:
-// digit runs compare as numbers).
-func keyOrder(generic map[string]any, lists []list) ([]string, error) {
-	probe := make(map[string]int, len(generic)+len(lists))
+// in (its order is not byte order: digit runs compare as numbers).
+func keyOrder(generic map[string]any, lists []list) []string {
+	order := make([]string, 0, len(generic)+len(lists))
 	for k := range generic {
-		probe[k] = 0
+		order = append(order, k)
 	}
 	for _, l := range lists {
-		probe[l.name] = 0
+		order = append(order, l.name)
 	}
-	out, err := yaml.Marshal(probe)
-	if err != nil {
-		return nil, err
-	}
-	var n yaml.Node
-	if err := yaml.Unmarshal(out, &n); err != nil {
-		return nil, err
-	}
-	if len(n.Content) != 1 || n.Content[0].Kind != yaml.MappingNode || len(n.Content[0].Content) != 2*len(probe) {
-		return nil, errors.New("sort keys: unexpected YAML of the key set")
-	}
-	order := make([]string, 0, len(probe))
-	for i := 0; i < len(n.Content[0].Content); i += 2 {
-		order = append(order, n.Content[0].Content[i].Value)
-	}
-	return order, nil
+	sort.Sort(keyOrderList(order))
+	return order
 }
 
 // listWriter renders lists into out; its buffers are reused from list to
@@ -213,7 +234,6 @@ type listWriter struct {
 	out   *bytes.Buffer
 	chunk int
 	js    bytes.Buffer // JSON of the element being converted
-	yml   bytes.Buffer // YAML of one chunk, at column 0
 	elems []any        // the generic values of the chunk
 }
 
@@ -221,16 +241,12 @@ type listWriter struct {
 // top-level key.
 func (w *listWriter) write(key string, elems reflect.Value) error {
 	// The key as yaml.v3 writes it (quoted if it must be).
-	w.yml.Reset()
-	if err := encodeYAML(&w.yml, map[string]any{key: []any{}}); err != nil {
-		return err
-	}
-	head, ok := bytes.CutSuffix(w.yml.Bytes(), []byte(" []\n"))
+	head, ok := keyScalar(key)
 	if !ok {
-		return fmt.Errorf("unexpected YAML of the key: %q", w.yml.Bytes())
+		return errWhole
 	}
-	w.out.Write(head)
-	w.out.WriteString("\n")
+	w.out.WriteString(head)
+	w.out.WriteString(":\n")
 	// Strings of a type without methods are their own generic value when
 	// valid UTF-8 (encoding/json would replace invalid bytes).
 	plain := elems.Type().Elem().Kind() == reflect.String && elems.Type().Elem().NumMethod() == 0
@@ -276,56 +292,29 @@ func (w *listWriter) write(key string, elems reflect.Value) error {
 	return nil
 }
 
-// flush renders the gathered elements as a YAML sequence and appends it
-// to out two spaces to the right.
+// flush renders the gathered elements as yaml.v3 renders them in a
+// sequence under a top-level key.
 func (w *listWriter) flush() error {
-	w.yml.Reset()
-	if err := encodeYAML(&w.yml, w.elems); err != nil {
-		return err
-	}
+	ok := emitSequence(w.out, w.elems, 2)
 	clear(w.elems)
 	w.elems = w.elems[:0]
-	indent(w.out, w.yml.Bytes())
+	if !ok {
+		return errWhole
+	}
 	return nil
 }
 
-// indent appends y to out with every line that is not empty two spaces
-// to the right. Lines end at every YAML line break (LF, CR, NEL, LS, PS),
-// as yaml.v3 writes such a break as is in a literal or single-quoted
-// scalar and starts the next line at its indentation.
-func indent(out *bytes.Buffer, y []byte) {
-	lineStart := true
-	done := 0
-	for i := 0; i < len(y); {
-		n := lineBreak(y[i:])
-		if lineStart && n == 0 {
-			out.Write(y[done:i])
-			out.WriteString("  ")
-			done = i
-		}
-		lineStart = n > 0
-		i += max(n, 1)
-	}
-	out.Write(y[done:])
-}
-
-// lineBreak is the length of the YAML line break b starts with, 0 if none.
-func lineBreak(b []byte) int {
-	switch {
-	case b[0] == '\n' || b[0] == '\r':
-		return 1
-	case b[0] < 0x80:
-		return 0
-	case len(b) >= 2 && b[0] == 0xC2 && b[1] == 0x85:
-		return 2
-	case len(b) >= 3 && b[0] == 0xE2 && b[1] == 0x80 && (b[2] == 0xA8 || b[2] == 0xA9):
-		return 3
-	}
-	return 0
-}
-
-// encodeYAML appends v as one YAML document (indent 2) to b.
+// encodeYAML appends v, a generic value, as one YAML document (indent 2)
+// to b, the bytes yaml.v3 writes.
 func encodeYAML(b *bytes.Buffer, v any) error {
+	if emitYAML(b, v) {
+		return nil
+	}
+	return encodeYAMLv3(b, v)
+}
+
+// encodeYAMLv3 is encodeYAML through yaml.v3's encoder.
+func encodeYAMLv3(b *bytes.Buffer, v any) error {
 	enc := yaml.NewEncoder(b)
 	enc.SetIndent(2)
 	if err := enc.Encode(v); err != nil {

@@ -203,7 +203,7 @@ var genStrings = []string{
 	"{a: 1}", "[a]", "&anchor", "*alias", "!tag", "!!str", "%percent", "@at", "`tick", "|", "|-", ">", ",",
 	"multi\nline", "multi\nline\n", "trail\n\n", "trail\n\n\n", "\nleading", "\n", "\n\n", " lead", "trail ", " ", "a \nb",
 	"a\n b", "a\n\n  b\n", "line1\n  indented\n    more\nend", "tab\there", "\ttab", "cr\r\nlf", "a\rb",
-	"ünïcødé", "日本語のテキスト", "emoji 🚀 rocket", "\u00a0nbsp", "\u2028ls", "\u0085nel", "\ufeffbom",
+	"ünïcødé", "日本語のテキスト", "emoji 🚀 rocket", "\u00a0nbsp", "\u2028ls", "\u0085nel", "\ufeffbom", "{quoted\u2028", "x\u2029", "x\r",
 	"nul\x00", "bell\a", "esc\x1b[0m", "invalid \xff utf8", "back\\slash", "<html>&amp;",
 	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
 	strings.Repeat("a long line with spaces ", 12), strings.Repeat("k", 130), strings.Repeat("x ", 70) + "\nsecond",
