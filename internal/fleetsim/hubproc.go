@@ -98,15 +98,15 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		return nil, fmt.Errorf("free port: %w", err)
 	}
 	cfg := map[string]any{
-		"repo":      map[string]any{"url": "file://" + remote, "branch": "main", "poll_interval": "30s"},
-		"redis":     "managed",
-		"listen":    fmt.Sprintf("127.0.0.1:%d", port),
-		"data_dir":  dataDir,
-		"status":    map[string]any{"interval": statusInterval.String()},
-		"agents":    map[string]any{"tokens": tokens},
-		"lease_ttl": "15s",
+		"repo":        map[string]any{"url": "file://" + remote, "branch": "main", "poll_interval": "30s"},
+		"redis":       "managed",
+		"listen":      fmt.Sprintf("127.0.0.1:%d", port),
+		"data_dir":    dataDir,
+		"status":      map[string]any{"interval": statusInterval.String()},
+		"agents":      map[string]any{"tokens": tokens},
+		"lease_ttl":   "15s",
 		"stale_after": staleAfter.String(),
-		"debug":     map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)},
+		"debug":       map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)},
 	}
 	b, err := json.Marshal(cfg) // JSON is YAML
 	if err != nil {
