@@ -133,6 +133,8 @@ type Engine struct {
 	mu  sync.Mutex // guards rnd
 	rnd *rand.Rand
 
+	obs decodedObs // the observations last read, decoded (readObservationChunk)
+
 	floor func(ctx context.Context) (int64, error)
 	lmu   sync.Mutex // guards runID, maxFence
 	// runID is the Redis run_id seen at the last Campaign or Renew ("" =

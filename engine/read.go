@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,6 +42,9 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 	nodes := members.Val()
 	sort.Strings(nodes)
 	obs, err := e.readObservations(ctx, nodes)
+	if err == nil {
+		e.obs.keepOnly(obs)
+	}
 	return obs, version, err
 }
 
@@ -99,32 +105,87 @@ func (e *Engine) readObservationChunk(ctx context.Context, nodes []string, obs f
 		return fmt.Errorf("read observations: %w", err)
 	}
 	for i, n := range nodes {
-		r := &fleetwave.Report{Node: n}
-		if s, err := heads[i].Result(); err == nil {
-			if err := json.Unmarshal([]byte(s), r); err != nil {
-				return fmt.Errorf("decode report of %s: %w", n, err)
+		head, _ := heads[i].Result() // "" when the node has instances but no report
+		r, err := e.obs.decode(n, head, insts[i].Val())
+		if err != nil {
+			return err
+		}
+		obs[n] = r
+	}
+	return nil
+}
+
+// decodedObs keeps each node's observation as last read, raw and decoded:
+// a status commit and a reconcile read every node's observation, and
+// most did not change since the last read. Decoding them all again was
+// half of reading them. It holds one entry per observed node.
+type decodedObs struct {
+	mu    sync.Mutex
+	nodes map[string]*decodedNode
+}
+
+type decodedNode struct {
+	head  string            // the report as stored ("" when none)
+	insts map[string]string // the instances as stored, by block
+	r     fleetwave.Report  // both decoded; never handed out
+}
+
+// decode returns node's observation from its stored report and
+// instances, a copy of the last decoded one when they did not change.
+func (d *decodedObs) decode(node, head string, insts map[string]string) (*fleetwave.Report, error) {
+	d.mu.Lock()
+	c := d.nodes[node]
+	d.mu.Unlock()
+	if c == nil || c.head != head || !maps.Equal(c.insts, insts) {
+		r := fleetwave.Report{Node: node}
+		if head != "" {
+			if err := json.Unmarshal([]byte(head), &r); err != nil {
+				return nil, fmt.Errorf("decode report of %s: %w", node, err)
 			}
 		}
-		m := insts[i].Val()
-		blocks := make([]string, 0, len(m))
-		for b := range m {
+		blocks := make([]string, 0, len(insts))
+		for b := range insts {
 			blocks = append(blocks, b)
 		}
 		sort.Strings(blocks)
 		r.Instances = make([]fleetwave.InstanceStatus, 0, len(blocks))
 		for _, b := range blocks {
 			var in fleetwave.InstanceStatus
-			if err := json.Unmarshal([]byte(m[b]), &in); err != nil {
-				return fmt.Errorf("decode instance %s of %s: %w", b, n, err)
+			if err := json.Unmarshal([]byte(insts[b]), &in); err != nil {
+				return nil, fmt.Errorf("decode instance %s of %s: %w", b, node, err)
 			}
 			if in.Block == "" {
 				in.Block = b
 			}
 			r.Instances = append(r.Instances, in)
 		}
-		obs[n] = r
+		c = &decodedNode{head: head, insts: insts, r: r}
+		d.mu.Lock()
+		if d.nodes == nil {
+			d.nodes = map[string]*decodedNode{}
+		}
+		d.nodes[node] = c
+		d.mu.Unlock()
 	}
-	return nil
+	r := c.r
+	r.Capabilities = slices.Clone(r.Capabilities)
+	r.DataAddresses = maps.Clone(r.DataAddresses)
+	r.Instances = slices.Clone(r.Instances)
+	r.Attempts = slices.Clone(r.Attempts)
+	r.Detected = slices.Clone(r.Detected)
+	return &r, nil
+}
+
+// keepOnly forgets the nodes a full read did not find (no longer
+// observed).
+func (d *decodedObs) keepOnly(obs fleetwave.Observations) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for n := range d.nodes {
+		if obs[n] == nil {
+			delete(d.nodes, n)
+		}
+	}
 }
 
 // Counters returns the fleet-wide counters, maintained by every script.

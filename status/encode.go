@@ -53,6 +53,14 @@ func encodeWhole(doc any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return RenderJSON(data)
+}
+
+// RenderJSON renders a document from its JSON form (a Node's from
+// NodeJSON, a RolloutPart's from encoding/json): the bytes its Encode
+// function writes. A caller that keeps the JSON form to tell whether a
+// document changed renders it without encoding it twice.
+func RenderJSON(data []byte) ([]byte, error) {
 	generic, err := decodeJSONObject(data)
 	if err != nil {
 		return nil, err

@@ -54,7 +54,10 @@ type nodeFile struct {
 }
 
 // MarshalJSON writes the file form of n.
-func (n Node) MarshalJSON() ([]byte, error) {
+func (n Node) MarshalJSON() ([]byte, error) { return NodeJSON(n) }
+
+// NodeJSON is n's JSON form, what EncodeNode renders (see RenderJSON).
+func NodeJSON(n Node) ([]byte, error) {
 	f := nodeFile{Drain: n.Drain, Drift: n.Drift, Held: n.Held, Instances: n.Instances, Node: n.Node,
 		ObservedVersions: n.ObservedVersions, UnknownNode: n.UnknownNode, Waiting: n.Waiting}
 	if n.Reported {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -156,4 +157,48 @@ func toGeneric(t *testing.T, v any) any {
 		t.Fatal(err)
 	}
 	return numbers(g)
+}
+
+// TestRenderJSONIsEncode: a node and a rollout part rendered from their
+// JSON form (as the hub renders the documents it keeps digests of) are
+// the bytes EncodeNode and EncodeRolloutPart write.
+func TestRenderJSONIsEncode(t *testing.T) {
+	for seed := range uint64(40) {
+		g := gen{r: rand.New(rand.NewPCG(seed, 11))}
+		var n Node
+		g.fill(reflect.ValueOf(&n).Elem(), 0)
+		want, err := EncodeNode(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := NodeJSON(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := RenderJSON(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("seed %d: node bytes differ at %d", seed, firstDiff(got, want))
+		}
+	}
+	_, parts := benchRollout(2500).Split()
+	for _, p := range parts {
+		want, err := EncodeRolloutPart(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := RenderJSON(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("part %d: bytes differ at %d", p.Part, firstDiff(got, want))
+		}
+	}
 }
