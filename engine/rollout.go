@@ -269,6 +269,11 @@ type StepResult struct {
 	Dispatched int // attempts created (new waves and retries)
 	Expired    int // attempts past their deadline handled
 	Completed  int // rollouts completed
+	// AwaitingReport are the nodes an item of which this Step made
+	// ambiguous (a node once per such item): only a full report the node sends from now on settles
+	// it, so the caller may ask the node for one rather than wait for its
+	// next periodic report.
+	AwaitingReport []string
 }
 
 // Step advances every rollout by one level-based pass, under fence:
@@ -309,12 +314,13 @@ func (e *Engine) Step(ctx context.Context, fence int64) (StepResult, error) {
 	if len(counts) == 3 {
 		res = StepResult{Dispatched: int(asInt(counts[0])), Expired: int(asInt(counts[1])), Completed: int(asInt(counts[2]))}
 	}
-	e.logEvents(rest[1])
+	res.AwaitingReport = e.logEvents(rest[1])
 	return res, nil
 }
 
-// logEvents logs the events a wave script returns: {kind, rollout, detail}.
-func (e *Engine) logEvents(v any) {
+// logEvents logs the events a wave script returns: {kind, rollout, detail};
+// it returns the nodes of the "ambiguous" ones (detail "<item>\n<node>").
+func (e *Engine) logEvents(v any) (ambiguous []string) {
 	events, _ := v.([]any)
 	for _, ev := range events {
 		f, _ := ev.([]any)
@@ -332,9 +338,14 @@ func (e *Engine) logEvents(v any) {
 		case "undelivered":
 			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("attempt not delivered before deadline")
 		case "ambiguous":
-			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("attempt result lost")
+			item, node, _ := strings.Cut(detail, "\n")
+			e.log.Warn().Str("rollout", rid).Str("item", item).Str("node", node).Msg("attempt result lost: waiting for a full report of the node")
+			if node != "" {
+				ambiguous = append(ambiguous, node)
+			}
 		case ReasonPlacementRejected:
 			e.log.Warn().Str("rollout", rid).Str("item", detail).Msg("placement rejected: a node lacks a required capability or data address")
 		}
 	}
+	return ambiguous
 }

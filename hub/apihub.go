@@ -186,6 +186,7 @@ func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 	}
 	prev, known := h.reportTaken[r.Node]
 	h.reportTaken[r.Node] = takenReport{at: now, sum: sum}
+	delete(h.awaitingReport, r.Node)
 	asked, wasAsked := h.askedReport[r.Node]
 	h.mu.Unlock()
 	// a reconcile is asked for unless the report is the same as the last
@@ -422,14 +423,21 @@ func redisUnavailable(err error) bool {
 // reportAskEvery bounds how often the hub asks one agent for a full report.
 const reportAskEvery = time.Minute
 
-// WantsReport says whether the hub wants node's full report now: after a
-// reconcile, the observations hold nothing of a node the snapshot knows
-// (Redis lost its data, or the agent never reported). The answer is asked
-// once per reportAskEvery per node, so an agent that cannot report is not
-// kept busy. In memory: every poll asks.
+// WantsReport says whether the hub wants node's full report now: an item
+// of the node is ambiguous (its attempt's result was lost or came too
+// late) and only a report settles it; or, after a reconcile, the
+// observations hold nothing of a node the snapshot knows (Redis lost its
+// data, or the agent never reported). The answer is asked once per
+// reportAskEvery per node, so an agent that cannot report is not kept
+// busy. In memory: every poll asks, and only the leader, whose Step makes
+// items ambiguous, knows the first reason (a node that polls a follower
+// settles its items with its next periodic report).
 func (h *Hub) WantsReport(node string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.awaitingReport[node] {
+		return h.askReport(node)
+	}
 	if h.observed == nil || h.observed[node] {
 		return false // no reconcile yet (agents report at start), or reported
 	}
@@ -443,6 +451,12 @@ func (h *Hub) WantsReport(node string) bool {
 	if h.snapshot == nil || h.snapshot.Nodes[node] == nil {
 		return false
 	}
+	return h.askReport(node)
+}
+
+// askReport says whether to ask node for a report now, once per
+// reportAskEvery; h.mu held.
+func (h *Hub) askReport(node string) bool {
 	now := time.Now()
 	if at, ok := h.askedReport[node]; ok && now.Sub(at) < reportAskEvery {
 		return false

@@ -134,6 +134,11 @@ type Hub struct {
 	observedAt  time.Time
 	askedReport map[string]time.Time
 	reportTaken map[string]takenReport
+	// awaitingReport are the nodes with an item the engine made ambiguous
+	// (an attempt delivered, its result lost or late) until this hub takes
+	// a report of theirs: only such a report settles the item, and the
+	// hub asks for it rather than wait for the node's next periodic one.
+	awaitingReport map[string]bool
 }
 
 // Option configures a Hub.
@@ -449,6 +454,16 @@ func (h *Hub) engineStep(ctx context.Context) {
 			h.log.Warn().Err(err).Msg("engine step")
 		}
 		return
+	}
+	if len(res.AwaitingReport) > 0 {
+		h.mu.Lock()
+		if h.awaitingReport == nil {
+			h.awaitingReport = map[string]bool{}
+		}
+		for _, n := range res.AwaitingReport {
+			h.awaitingReport[n] = true
+		}
+		h.mu.Unlock()
 	}
 	if res.Completed > 0 {
 		h.kick(h.reconcileSoon)

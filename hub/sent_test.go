@@ -1,10 +1,12 @@
 package hub
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 )
 
 func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
@@ -84,5 +86,67 @@ func TestWantsReportOnlyOfANodeTheObservationsLost(t *testing.T) {
 	}
 	if h.WantsReport("ghost") {
 		t.Error("a node the snapshot does not know was asked for a report")
+	}
+}
+
+// TestANodeWithAnAmbiguousItemIsAskedForAReport: an attempt delivered
+// whose result never came makes its item ambiguous at its deadline (a real
+// redis-server); the leader then asks the node for the full report that
+// settles it at its next poll, once a minute, rather than wait for the
+// node's periodic report, and stops asking once it took one. The report
+// shows the target: the item completes.
+func TestANodeWithAnAmbiguousItemIsAskedForAReport(t *testing.T) {
+	h, clk := engineHub(t)
+	ctx := context.Background()
+	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.fence = fence
+	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler},
+		Items: []fleetwave.ItemSpec{{Node: "n1", Block: "web", Action: fleetwave.ActionUpgrade, Generation: 1, TargetVersion: "1.1",
+			ConfigHash: "h1", Payload: fleetwave.AttemptPayload{Command: "deploy", TimeoutSeconds: 60}}}}
+	id, items, err := h.eng.CreateRollout(ctx, fence, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.engineStep(ctx)
+	as, err := h.eng.Poll(ctx, "n1", 10, 0)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("polled %v, %v", as, err)
+	}
+	if h.WantsReport("n1") {
+		t.Fatal("a report asked of a node whose attempt runs")
+	}
+	clk.Advance(60*time.Second + engine.DefaultDeliveryGrace) // no result came
+	h.engineStep(ctx)
+	_, its, err := h.eng.Rollout(ctx, id)
+	if err != nil || len(its) != 1 || its[0].Status != fleetwave.ItemAmbiguous {
+		t.Fatalf("item after its deadline: %+v, %v", its, err)
+	}
+	if !h.WantsReport("n1") {
+		t.Fatal("the node of an ambiguous item not asked for a report")
+	}
+	if h.WantsReport("n1") {
+		t.Fatal("asked twice within a minute")
+	}
+	if h.WantsReport("n2") {
+		t.Fatal("a node without an ambiguous item asked for a report")
+	}
+	clk.Advance(time.Second)
+	if err := h.Report(ctx, fleetwave.Report{Node: "n1", SentAt: clk.Now(), Attempts: []string{as[0].ID},
+		Instances: []fleetwave.InstanceStatus{{Block: "web", Version: "1.1", ConfigHash: "h1", Generation: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	delete(h.askedReport, "n1") // a minute later
+	h.mu.Unlock()
+	if h.WantsReport("n1") {
+		t.Fatal("asked again after the node reported")
+	}
+	_, its, err = h.eng.Rollout(ctx, id)
+	if err != nil || len(its) != 1 || its[0].ID != items[0] || its[0].Status != fleetwave.ItemCompleted {
+		t.Fatalf("item after the report: %+v, %v", its, err)
 	}
 }

@@ -59,13 +59,13 @@ for _, aid in ipairs(due) do
       close_attempt(it, aid, 'disagree')
       set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success', 'amb_at', int(NOW))
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
-      event('ambiguous', it.rollout, it.id)
+      event('ambiguous', it.rollout, it.id .. '\n' .. it.node)
     else
       -- delivered, no result: never replay blindly, wait for a report
       close_attempt(it, aid, 'lost')
       set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost', 'amb_at', int(NOW))
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
-      event('ambiguous', it.rollout, it.id)
+      event('ambiguous', it.rollout, it.id .. '\n' .. it.node)
     end
   else
     -- its item moved on (cannot happen: every move closes the attempt)
