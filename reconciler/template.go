@@ -3,6 +3,7 @@ package reconciler
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
 	"github.com/nikolalohinski/gonja/v2/config"
@@ -294,11 +296,58 @@ func (r *renderer) renderBlock(b *fleetwave.Block, name, src string, vars map[st
 	return out, nil
 }
 
+// shapes caches checkConfigShape's answers by what they depend on (the
+// block's name, whether it has a config_schema, the rendered config): a
+// plan renders every node's config of every BRC again, most of them as
+// the last plan did, and parsing each as YAML to check its shape was
+// half of rendering it. Cleared when full.
+var shapes struct {
+	sync.Mutex
+	m map[[sha256.Size]byte]error
+}
+
+const shapesMax = 1 << 17
+
 // checkConfigShape returns an ErrConfigNotMapping error unless rendered is
 // one YAML mapping, or empty for a block without config_schema (see
 // renderBlock). Its messages name the shape found, never a value; go-yaml's
 // syntax messages name tokens, not content.
 func checkConfigShape(b *fleetwave.Block, rendered string) error {
+	// schema flag, name length, name, rendered: no two inputs alike
+	h := sha256.New()
+	var head [9]byte
+	if b != nil {
+		if b.ConfigSchema != "" {
+			head[0] = 1
+		}
+		binary.BigEndian.PutUint64(head[1:], uint64(len(b.Name)))
+		h.Write(head[:])
+		h.Write([]byte(b.Name))
+	} else {
+		head[0] = 2
+		h.Write(head[:])
+	}
+	h.Write([]byte(rendered))
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	shapes.Lock()
+	err, ok := shapes.m[key]
+	shapes.Unlock()
+	if ok {
+		return err
+	}
+	err = parseConfigShape(b, rendered)
+	shapes.Lock()
+	if shapes.m == nil || len(shapes.m) >= shapesMax {
+		shapes.m = map[[sha256.Size]byte]error{}
+	}
+	shapes.m[key] = err
+	shapes.Unlock()
+	return err
+}
+
+// parseConfigShape is checkConfigShape without the cache.
+func parseConfigShape(b *fleetwave.Block, rendered string) error {
 	block := ""
 	if b != nil {
 		block = "block " + b.Name + ": "

@@ -90,3 +90,25 @@ func TestConfigShapeErrorKind(t *testing.T) {
 		t.Fatalf("a mapping: err = %v, schema asked = %v", err, asked)
 	}
 }
+
+// TestConfigShapeAnswersCachedAsParsed: the shape check's cache answers
+// what parsing answers, for the same config rendered for blocks with and
+// without a config_schema and of other names (the messages name the
+// block), asked again and again.
+func TestConfigShapeAnswersCachedAsParsed(t *testing.T) {
+	blocks := []*fleetwave.Block{nil, {Name: "web"}, {Name: "web", ConfigSchema: "{...}"}, {Name: "db"}, {Name: "db", ConfigSchema: "{port: int}"}}
+	configs := []string{"", "---\n", "port: 80\n", "- a\n- b\n", "42\n", "a: 1\n---\nb: 2\n", "a: [\n", "*x\n", "\x01\x00web", "port: 81\n"}
+	for range 2 {
+		for _, b := range blocks {
+			for _, c := range configs {
+				want, got := parseConfigShape(b, c), checkConfigShape(b, c)
+				if (want == nil) != (got == nil) || want != nil && (want.Error() != got.Error() || !errors.Is(got, ErrConfigNotMapping)) {
+					t.Fatalf("block %+v, config %q: cached %v, parsed %v", b, c, got, want)
+				}
+			}
+		}
+	}
+	if errEmpty := checkConfigShape(blocks[2], ""); errEmpty == nil || checkConfigShape(blocks[1], "") != nil {
+		t.Fatal("an empty config: want an error only for the block with a config_schema")
+	}
+}
