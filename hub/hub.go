@@ -139,6 +139,9 @@ type Hub struct {
 	// a report of theirs: only such a report settles the item, and the
 	// hub asks for it rather than wait for the node's next periodic one.
 	awaitingReport map[string]bool
+	// renders keeps the configs rendered for the snapshot in force from
+	// one plan (and status commit's drift) to the next.
+	renders reconciler.RenderCache
 }
 
 // Option configures a Hub.

@@ -128,7 +128,9 @@ func (h *Hub) nodeViews(ctx context.Context, snap *fleetwave.Snapshot, obs fleet
 	now := h.clock.Now()
 	staleAfter := h.cfg.StaleAfter.D()
 	drift := map[string][]api.NodeDrift{}
-	for _, d := range reconciler.Drift(&sub, obs, now, staleAfter, h.reconcilerOptions()) {
+	opts := h.reconcilerOptions()
+	opts.Renders = nil // sub is no snapshot in force: its renders would push the plans' out
+	for _, d := range reconciler.Drift(&sub, obs, now, staleAfter, opts) {
 		drift[d.Node] = append(drift[d.Node], api.NodeDrift{Block: d.Block, Trigger: d.Trigger, Kind: d.Kind, Desired: d.Desired, Observed: d.Observed})
 	}
 	waiting, err := h.waitingOn(ctx, func(node string) bool { return want[node] })

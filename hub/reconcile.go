@@ -25,7 +25,7 @@ import (
 // Redis, and only PollAttempts, answering the node's agent, puts the values
 // in. The config_schema check sees the values.
 func (h *Hub) reconcilerOptions() reconciler.Options {
-	opts := reconciler.Options{ValidateConfig: schema.ValidateConfig}
+	opts := reconciler.Options{ValidateConfig: schema.ValidateConfig, Renders: &h.renders}
 	if h.creds != nil && h.sealer != nil {
 		opts.Credential = h.sealer.credential(h.creds.GetOrCreate)
 		opts.ValidateConfig = h.sealer.validateConfig(schema.ValidateConfig)

@@ -101,7 +101,7 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 					add(DriftAgentVersion, t.TargetVersion, r.AgentVersion)
 				}
 			}
-			if rendered, err := rend.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n)); err == nil {
+			if rendered, err := rend.renderVars(snap, n, block, t); err == nil {
 				if h := ConfigHash(rendered); h != in.ConfigHash {
 					add(DriftConfig, h, in.ConfigHash)
 				}

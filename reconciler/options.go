@@ -84,6 +84,9 @@ type Options struct {
 	// plan of a trigger does not depend on the others, so its rollout is
 	// the same as in a whole plan.
 	Only map[string]bool
+	// Renders, when not nil, keeps the configs rendered for a snapshot
+	// from one plan (and Drift) to the next.
+	Renders *RenderCache
 }
 
 // lifecycleAction reports whether an action changes the lifecycle of an

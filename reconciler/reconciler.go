@@ -214,7 +214,7 @@ func planTrigger(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleetw
 		observed := observedInstance(obs, ik)
 		var rendered, hash, invalid string
 		if desired != fleetwave.StateAbsent {
-			out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
+			out, err := r.renderNode(snap, n, block, t)
 			if err != nil {
 				// The instance gets a blocked item carrying the error: it is
 				// counted and visible in its rollout, never dispatched, and

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -282,5 +283,52 @@ func TestPlanChecksTheRenderedConfigAgainstTheBlockSchema(t *testing.T) {
 	}
 	if len(plan.Problems) != 2 || plan.Problems[0].Reason != ReasonInvalidConfig || !strings.Contains(plan.Problems[0].Message, "config_schema at region") {
 		t.Fatalf("problems = %+v", plan.Problems)
+	}
+}
+
+// TestRenderCacheServesOneSnapshot: plans sharing a RenderCache give what
+// plans without one give; they render a snapshot's configs once (the
+// cache holds every node of the trigger), a new snapshot's again (a
+// changed label shows), and never keep a template that asks for a
+// credential.
+func TestRenderCacheServesOneSnapshot(t *testing.T) {
+	var c RenderCache
+	configs := func(p Plan) map[string]string {
+		out := map[string]string{}
+		for _, r := range p.Rollouts {
+			for _, it := range r.Items {
+				out[it.Node] = it.Payload.Config
+			}
+		}
+		return out
+	}
+	snap := testSnapshot()
+	want := configs(PlanWith(snap, nil, now, Options{}))
+	for range 2 {
+		if got := configs(PlanWith(snap, nil, now, Options{Renders: &c})); !reflect.DeepEqual(got, want) {
+			t.Fatalf("with the cache: %v, want %v", got, want)
+		}
+	}
+	if len(c.m) != 3 || c.snap != snap {
+		t.Fatalf("cache holds %d renders (of the snapshot: %v), want the 3 nodes'", len(c.m), c.snap == snap)
+	}
+	// drift renders from the same cache: nothing to render again
+	c.m[renderKey{snap.Triggers["op"], "n1"}] = "node: from the cache\n"
+	obs := fleetwave.Observations{"n1": {Node: "n1", SentAt: now, Instances: []fleetwave.InstanceStatus{{Block: "operator", Version: "1.1.0",
+		Generation: 4, ConfigHash: ConfigHash(want["n1"])}}}}
+	drift := Drift(snap, obs, now, time.Hour, Options{Renders: &c})
+	if !slices.ContainsFunc(drift, func(d DriftEntry) bool { return d.Node == "n1" && d.Kind == DriftConfig }) {
+		t.Fatalf("drift did not render from the cache: %+v", drift)
+	}
+	next := testSnapshot()
+	next.Nodes["n1"].Labels["region"] = "ap"
+	if got := configs(PlanWith(next, nil, now, Options{Renders: &c})); !strings.Contains(got["n1"], "region: ap") {
+		t.Fatalf("a new snapshot planned from the last one's renders: %q", got["n1"])
+	}
+	cred := testSnapshot()
+	cred.Triggers["op"].BlockConfigTemplate = "password: {{ credential_get_or_create('db') }}\n"
+	PlanWith(cred, nil, now, Options{Renders: &c, Credential: func(scope, name string, n int) (string, error) { return "s3cr3t", nil }})
+	if _, ok := c.get(cred, cred.Triggers["op"], "n1"); ok || c.snap == cred {
+		t.Fatal("a render that asks for a credential kept")
 	}
 }

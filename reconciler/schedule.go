@@ -161,7 +161,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		if observed == nil {
 			continue
 		}
-		out, err := r.renderBlock(block, t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, block, t), CredentialScope(n))
+		out, err := r.renderNode(snap, n, block, t)
 		invalid := ""
 		if err != nil {
 			invalid, out = err.Error(), ""

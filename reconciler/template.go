@@ -285,6 +285,78 @@ func (r *renderer) renderBlock(b *fleetwave.Block, name, src string, vars map[st
 	if err != nil {
 		return "", err
 	}
+	return r.checkRendered(b, out)
+}
+
+// renderNode is renderBlock of trigger t's template for node n of snap
+// (TemplateVars, CredentialScope).
+func (r *renderer) renderNode(snap *fleetwave.Snapshot, n *fleetwave.Node, b *fleetwave.Block, t *fleetwave.Trigger) (string, error) {
+	out, err := r.renderVars(snap, n, b, t)
+	if err != nil {
+		return "", err
+	}
+	return r.checkRendered(b, out)
+}
+
+// renderVars renders trigger t's template for node n of snap, taken from
+// opts.Renders when it holds that render of snap.
+func (r *renderer) renderVars(snap *fleetwave.Snapshot, n *fleetwave.Node, b *fleetwave.Block, t *fleetwave.Trigger) (string, error) {
+	c := r.opts.Renders
+	if c == nil || strings.Contains(t.BlockConfigTemplate, credentialFuncName) {
+		// a credential is the credential store's, not the snapshot's
+		return r.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, b, t), CredentialScope(n))
+	}
+	if out, ok := c.get(snap, t, n.ID); ok {
+		return out, nil
+	}
+	out, err := r.render(t.Name, t.BlockConfigTemplate, TemplateVars(snap, n, b, t), CredentialScope(n))
+	if err == nil {
+		c.put(snap, t, n.ID, out)
+	}
+	return out, err
+}
+
+// RenderCache keeps the configs plans rendered for one snapshot, by
+// trigger and node: everything a render reads (the template, the node's
+// labels and capabilities, the block, the trigger) is the snapshot's, so
+// the next plan, and the drift a status commit computes, render only
+// what a new snapshot changed. Renders that may ask for a credential and
+// failed ones are not kept. A hub holds one for its plans; the zero value
+// is ready. It holds the renders of the last snapshot asked for only.
+type RenderCache struct {
+	mu   sync.Mutex
+	snap *fleetwave.Snapshot
+	m    map[renderKey]string
+}
+
+// renderKey is a trigger of the cache's snapshot (its pointer: a changed
+// copy, as a manual request makes, is another key) and a node.
+type renderKey struct {
+	t    *fleetwave.Trigger
+	node string
+}
+
+func (c *RenderCache) get(snap *fleetwave.Snapshot, t *fleetwave.Trigger, node string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.snap != snap {
+		return "", false
+	}
+	out, ok := c.m[renderKey{t, node}]
+	return out, ok
+}
+
+func (c *RenderCache) put(snap *fleetwave.Snapshot, t *fleetwave.Trigger, node, out string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.snap != snap {
+		c.snap, c.m = snap, map[renderKey]string{}
+	}
+	c.m[renderKey{t, node}] = out
+}
+
+// checkRendered is renderBlock's checks of a rendered config.
+func (r *renderer) checkRendered(b *fleetwave.Block, out string) (string, error) {
 	if err := checkConfigShape(b, out); err != nil {
 		return "", err
 	}
