@@ -66,16 +66,22 @@ func RenderJSON(data []byte) ([]byte, error) {
 		return nil, err
 	}
 	delete(generic, "format")
-	var b bytes.Buffer
-	b.WriteString(header)
-	b.WriteString("format: " + strconv.Itoa(Version) + "\n")
+	b := startDoc()
 	if len(generic) == 0 {
 		return b.Bytes(), nil
 	}
-	if err := encodeYAML(&b, generic); err != nil {
+	if err := encodeYAML(b, generic); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// startDoc returns a document's first lines: the header and the format.
+func startDoc() *bytes.Buffer {
+	b := new(bytes.Buffer)
+	b.WriteString(header)
+	b.WriteString("format: " + strconv.Itoa(Version) + "\n")
+	return b
 }
 
 // encodeLists is encodeChunked but for errWhole.
@@ -96,20 +102,18 @@ func encodeLists(doc any, chunk int) ([]byte, error) {
 		delete(generic, l.name)
 		byName[l.name] = l.elems
 	}
-	var b bytes.Buffer
-	b.WriteString(header)
-	b.WriteString("format: " + strconv.Itoa(Version) + "\n")
+	b := startDoc()
 	if len(generic)+len(lists) == 0 {
 		return b.Bytes(), nil
 	}
 	if len(lists) == 0 {
-		if err := encodeYAML(&b, generic); err != nil {
+		if err := encodeYAML(b, generic); err != nil {
 			return nil, err
 		}
 		return b.Bytes(), nil
 	}
 	order := keyOrder(generic, lists)
-	w := listWriter{out: &b, chunk: chunk}
+	w := listWriter{out: b, chunk: chunk}
 	run := map[string]any{}
 	for _, k := range order {
 		elems, isList := byName[k]
@@ -118,7 +122,7 @@ func encodeLists(doc any, chunk int) ([]byte, error) {
 			continue
 		}
 		if len(run) > 0 {
-			if err := encodeYAML(&b, run); err != nil {
+			if err := encodeYAML(b, run); err != nil {
 				return nil, err
 			}
 			clear(run)
@@ -131,7 +135,7 @@ func encodeLists(doc any, chunk int) ([]byte, error) {
 		}
 	}
 	if len(run) > 0 {
-		if err := encodeYAML(&b, run); err != nil {
+		if err := encodeYAML(b, run); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -163,42 +164,32 @@ func toGeneric(t *testing.T, v any) any {
 // JSON form (as the hub renders the documents it keeps digests of) are
 // the bytes EncodeNode and EncodeRolloutPart write.
 func TestRenderJSONIsEncode(t *testing.T) {
+	same := func(what string, encode, form func() ([]byte, error)) {
+		t.Helper()
+		want, err := encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := form()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := RenderJSON(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: bytes differ at %d", what, firstDiff(got, want))
+		}
+	}
 	for seed := range uint64(40) {
 		g := gen{r: rand.New(rand.NewPCG(seed, 11))}
 		var n Node
 		g.fill(reflect.ValueOf(&n).Elem(), 0)
-		want, err := EncodeNode(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := NodeJSON(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := RenderJSON(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("seed %d: node bytes differ at %d", seed, firstDiff(got, want))
-		}
+		same(fmt.Sprintf("node of seed %d", seed), func() ([]byte, error) { return EncodeNode(n) }, func() ([]byte, error) { return NodeJSON(n) })
 	}
 	_, parts := benchRollout(2500).Split()
 	for _, p := range parts {
-		want, err := EncodeRolloutPart(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := RenderJSON(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("part %d: bytes differ at %d", p.Part, firstDiff(got, want))
-		}
+		same(fmt.Sprintf("part %d", p.Part), func() ([]byte, error) { return EncodeRolloutPart(p) }, func() ([]byte, error) { return json.Marshal(p) })
 	}
 }
