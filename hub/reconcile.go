@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
@@ -48,6 +50,33 @@ func openCredentials(cfg Config) (*credstore.Store, error) {
 	return credstore.Open(filepath.Join(cfg.DataDir, "credentials"), key)
 }
 
+// slowReconcile is how long a reconcile may take before its log line
+// (with the time of each phase) is a warning.
+const slowReconcile = 2 * time.Second
+
+// phaseTimes is how long each phase of a step took, in order; last is
+// when the phase running began (set it to the step's start).
+type phaseTimes struct {
+	last  time.Time
+	names []string
+	took  []time.Duration
+}
+
+// mark ends the phase name, begun at the last mark.
+func (p *phaseTimes) mark(name string) {
+	now := time.Now()
+	p.names, p.took = append(p.names, name), append(p.took, now.Sub(p.last))
+	p.last = now
+}
+
+func (p *phaseTimes) dict() *zerolog.Event {
+	d := zerolog.Dict()
+	for i, n := range p.names {
+		d = d.Int64(n, p.took[i].Milliseconds())
+	}
+	return d
+}
+
 // reconcileStep plans the snapshot in force against the observations and
 // hands the rollouts to the engine: reconciliation triggers (one event per
 // generation, gathered by quiescence_seconds), due schedules and new
@@ -63,9 +92,19 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	defer func() { h.metrics.reconcileSecs.Observe(time.Since(start).Seconds()) }()
+	phases := phaseTimes{last: start}
+	defer func() {
+		took := time.Since(start)
+		h.metrics.reconcileSecs.Observe(took.Seconds())
+		ev := h.log.Debug()
+		if took >= slowReconcile {
+			ev = h.log.Warn()
+		}
+		ev.Int64("took_ms", took.Milliseconds()).Dict("phases_ms", phases.dict()).Str("commit", snap.Commit).Msg("reconcile")
+	}()
 	observedAt := h.clock.Now()
 	obs, version, err := h.eng.Observe(ctx)
+	phases.mark("observe")
 	if err != nil {
 		if ctx.Err() == nil { // not at shutdown
 			h.log.Warn().Err(err).Msg("read observations")
@@ -86,9 +125,11 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		}
 		return
 	}
+	phases.mark("drained")
 	opts := h.reconcilerOptions()
 	opts.RequireReport = true
 	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
+	phases.mark("plan")
 	h.mu.Lock()
 	known := map[reconciler.Problem]bool{}
 	for _, p := range h.problems {
@@ -123,9 +164,12 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 			h.createPlanned(ctx, fence, spec)
 		}
 	}
+	phases.mark("create")
 	h.sent.prune(time.Now())
 	h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
+	phases.mark("requests")
 	h.approvalsStep(ctx, fence, snap, obs, version, opts)
+	phases.mark("approvals")
 	h.mu.Lock()
 	h.holds, h.problems, h.gated = plan.Holds, plan.Problems, gated
 	mark := waitsFingerprint(h.gated, h.quiet, h.approvalWaits, h.requestsWaiting)
