@@ -96,6 +96,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	defer func() {
 		took := time.Since(start)
 		h.metrics.reconcileSecs.Observe(took.Seconds())
+		h.sent.reconciled(took)
 		ev := h.log.Debug()
 		if took >= slowReconcile {
 			ev = h.log.Warn()

@@ -16,19 +16,38 @@ import (
 // engine, finding each instance busy, creates nothing: 10,000 such items
 // cost Redis about 0.3 s of CPU in one script, which holds every other
 // client (dispatch, results, polls) for that long. An item the engine
-// created is left out of the plans of the next `ttl` (the reconcile
-// interval) when it is the same (same event, action, generation, config,
-// version, state); after that, or when anything of it differs, it is sent
-// again and the engine decides as before. So at most the re-creation of an
-// item whose instance the engine would act on again (an install that ended
-// while its observation still shows the old state) waits for ttl, never
-// longer. Items of split groups are always sent: a group is created whole
-// or not at all.
+// created is left out of the plans of the next ttl when it is the same
+// (same event, action, generation, config, version, state); after that,
+// or when anything of it differs, it is sent again and the engine decides
+// as before; when it creates nothing for it (the item it created is still
+// there, or ended), it is left out for another ttl. So at most the
+// re-creation of an item whose instance the engine would act on again (an
+// install that ended while its observation still shows the old state)
+// waits for ttl, never longer. An item never created (its instance busy
+// with another event's) is sent with every plan, so it starts as soon as
+// the instance is free. Items of split groups are always sent: a group is
+// created whole or not at all.
+//
+// ttl is the reconcile interval, or four times the last reconcile when
+// that is longer: at 100,000 nodes a reconcile outlasted the interval, and
+// every one sent the 90,000 unfinished items again (45 create scripts,
+// 40-68 s of Redis time that held back results and dispatch).
 type sentItems struct {
 	mu    sync.Mutex
 	fence int64
-	ttl   time.Duration
+	ttl   time.Duration // the reconcile interval
+	took  time.Duration // the last reconcile
 	items map[fleetwave.InstanceKey]sentItem
+}
+
+// span is the ttl in force (see sentItems); s.mu held.
+func (s *sentItems) span() time.Duration { return max(s.ttl, 4*s.took) }
+
+// reconciled records how long the last reconcile took.
+func (s *sentItems) reconciled(took time.Duration) {
+	s.mu.Lock()
+	s.took = took
+	s.mu.Unlock()
 }
 
 type sentItem struct {
@@ -61,7 +80,7 @@ func (s *sentItems) filter(fence int64, spec fleetwave.RolloutSpec, now time.Tim
 	kept := make([]fleetwave.ItemSpec, 0, len(spec.Items))
 	for _, it := range spec.Items {
 		if it.Group == "" {
-			if e, ok := s.items[it.Instance()]; ok && e.event == event && e.digest == digestOf(it) && now.Sub(e.at) < s.ttl {
+			if e, ok := s.items[it.Instance()]; ok && e.event == event && e.digest == digestOf(it) && now.Sub(e.at) < s.span() {
 				continue
 			}
 		}
@@ -73,7 +92,8 @@ func (s *sentItems) filter(fence int64, spec fleetwave.RolloutSpec, now time.Tim
 }
 
 // created records the items the engine created from spec (created holds
-// their indexes in spec.Items), under fence.
+// their indexes in spec.Items), under fence, and again those it created
+// earlier and created nothing for now.
 func (s *sentItems) created(fence int64, spec fleetwave.RolloutSpec, created []int, now time.Time) {
 	if spec.Once || s.ttl <= 0 {
 		return
@@ -84,20 +104,27 @@ func (s *sentItems) created(fence int64, spec fleetwave.RolloutSpec, created []i
 		s.fence, s.items = fence, map[fleetwave.InstanceKey]sentItem{}
 	}
 	event := eventOf(spec)
+	isNew := make([]bool, len(spec.Items))
 	for _, i := range created {
 		if i >= 0 && i < len(spec.Items) {
-			it := spec.Items[i]
-			s.items[it.Instance()] = sentItem{event: event, digest: digestOf(it), at: now}
+			isNew[i] = true
+		}
+	}
+	for i, it := range spec.Items {
+		k, d := it.Instance(), digestOf(it)
+		if e, ok := s.items[k]; isNew[i] || ok && it.Group == "" && e.event == event && e.digest == d {
+			s.items[k] = sentItem{event: event, digest: d, at: now}
 		}
 	}
 }
 
-// prune drops the entries older than ttl.
+// prune drops the entries older than twice the ttl (one sent again after
+// ttl is recorded again by created, unless it was dropped meanwhile).
 func (s *sentItems) prune(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, e := range s.items {
-		if now.Sub(e.at) >= s.ttl {
+		if now.Sub(e.at) >= 2*s.span() {
 			delete(s.items, k)
 		}
 	}

@@ -9,6 +9,12 @@ import (
 	"github.com/fleetwave/fleetwave/engine"
 )
 
+// TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo: the items the
+// engine created from a plan are left out of the next plans for ttl
+// (the reconcile interval, or four times the last reconcile), and again
+// for ttl when, sent again, the engine created nothing for them; an item
+// it never created, a split group's, one planned differently or of
+// another event, and any of a new leader term are always sent.
 func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	item := func(node, hash, group string) fleetwave.ItemSpec {
@@ -56,9 +62,30 @@ func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 	if got, _ := s.filter(7, once, t0.Add(time.Second)); len(got.Items) != 4 {
 		t.Fatal("a one-shot event's items were left out")
 	}
-	s.prune(t0.Add(31 * time.Second))
+	// after ttl the plan sends them again; the engine creates nothing
+	// (its items are there): the ones it created earlier are left out for
+	// another ttl, the one it never created is sent with every plan
+	t1 := t0.Add(30 * time.Second)
+	s.created(7, spec, nil, t1)
+	got, left = s.filter(7, spec, t1.Add(time.Second))
+	if want := []string{"n3", "n4"}; left != 2 || len(got.Items) != 2 || got.Items[0].Node != want[0] || got.Items[1].Node != want[1] {
+		t.Fatalf("after ttl, sent again and not created: kept %v (left out %d), want %v", nodes(got), left, want)
+	}
+	// a reconcile that took 20 s stretches ttl to 80 s
+	s.reconciled(20 * time.Second)
+	if got, _ := s.filter(7, spec, t1.Add(60*time.Second)); len(got.Items) != 2 {
+		t.Fatalf("a ttl stretched by a slow reconcile: kept %v, want n3 and n4", nodes(got))
+	}
+	if got, _ := s.filter(7, spec, t1.Add(80*time.Second)); len(got.Items) != 4 {
+		t.Fatal("items were left out after the stretched ttl")
+	}
+	s.prune(t1.Add(159 * time.Second))
+	if len(s.items) != 2 {
+		t.Fatalf("%d entries kept before twice the ttl, want n1's and n2's", len(s.items))
+	}
+	s.prune(t1.Add(160 * time.Second))
 	if len(s.items) != 0 {
-		t.Fatalf("%d entries kept after ttl", len(s.items))
+		t.Fatalf("%d entries kept after twice the ttl", len(s.items))
 	}
 }
 

@@ -313,7 +313,7 @@ func TestRenderCacheServesOneSnapshot(t *testing.T) {
 		t.Fatalf("cache holds %d renders (of the snapshot: %v), want the 3 nodes'", len(c.m), c.snap == snap)
 	}
 	// drift renders from the same cache: nothing to render again
-	c.m[renderKey{snap.Triggers["op"], "n1"}] = "node: from the cache\n"
+	c.m[renderKey{"op", "n1"}] = "node: from the cache\n"
 	obs := fleetwave.Observations{"n1": {Node: "n1", SentAt: now, Instances: []fleetwave.InstanceStatus{{Block: "operator", Version: "1.1.0",
 		Generation: 4, ConfigHash: ConfigHash(want["n1"])}}}}
 	drift := Drift(snap, obs, now, time.Hour, Options{Renders: &c})
@@ -325,10 +325,47 @@ func TestRenderCacheServesOneSnapshot(t *testing.T) {
 	if got := configs(PlanWith(next, nil, now, Options{Renders: &c})); !strings.Contains(got["n1"], "region: ap") {
 		t.Fatalf("a new snapshot planned from the last one's renders: %q", got["n1"])
 	}
+	// a commit that changed only BRCs keeps the renders of the others
+	withObjects := func(s *fleetwave.Snapshot, hashes map[string]string) *fleetwave.Snapshot {
+		s.Objects = map[fleetwave.ObjectKey]fleetwave.Object{}
+		for k, h := range hashes {
+			key := fleetwave.ObjectKey(k)
+			s.Objects[key] = fleetwave.Object{Key: key, Hash: h}
+		}
+		return s
+	}
+	two := func() *fleetwave.Snapshot {
+		s := testSnapshot()
+		op2 := *s.Triggers["op"]
+		op2.Name, op2.BlockConfigTemplate = "op2", "other: {{ node.id }}\n"
+		s.Triggers["op2"] = &op2
+		return s
+	}
+	a := withObjects(two(), map[string]string{"trigger/op": "1", "trigger/op2": "1", "node/n1": "1", "block/operator": "1"})
+	PlanWith(a, nil, now, Options{Renders: &c})
+	c.m[renderKey{"op", "n1"}] = "kept: true\n"
+	c.m[renderKey{"op2", "n1"}] = "kept: true\n"
+	b := withObjects(two(), map[string]string{"trigger/op": "1", "trigger/op2": "2", "node/n1": "1", "block/operator": "1"})
+	PlanWith(b, nil, now, Options{Renders: &c})
+	if _, ok := c.get(b, b.Triggers["op"], "n1"); !ok || c.m[renderKey{"op", "n1"}] != "kept: true\n" {
+		t.Fatal("a commit that changed only another BRC dropped op's renders")
+	}
+	if c.m[renderKey{"op2", "n1"}] == "kept: true\n" {
+		t.Fatal("the renders of a BRC the commit changed were kept")
+	}
+	d := withObjects(two(), map[string]string{"trigger/op": "1", "trigger/op2": "2", "node/n1": "2", "block/operator": "1"})
+	if _, ok := c.get(d, d.Triggers["op"], "n1"); ok {
+		t.Fatal("a commit that changed a node kept the renders")
+	}
 	cred := testSnapshot()
 	cred.Triggers["op"].BlockConfigTemplate = "password: {{ credential_get_or_create('db') }}\n"
 	PlanWith(cred, nil, now, Options{Renders: &c, Credential: func(scope, name string, n int) (string, error) { return "s3cr3t", nil }})
-	if _, ok := c.get(cred, cred.Triggers["op"], "n1"); ok || c.snap == cred {
+	for k, v := range c.m {
+		if strings.Contains(v, "s3cr3t") {
+			t.Fatalf("a render that asks for a credential kept (%v)", k)
+		}
+	}
+	if _, ok := c.get(cred, cred.Triggers["op"], "n1"); ok {
 		t.Fatal("a render that asks for a credential kept")
 	}
 }

@@ -316,33 +316,37 @@ func (r *renderer) renderVars(snap *fleetwave.Snapshot, n *fleetwave.Node, b *fl
 	return out, err
 }
 
-// RenderCache keeps the configs plans rendered for one snapshot, by
-// trigger and node: everything a render reads (the template, the node's
-// labels and capabilities, the block, the trigger) is the snapshot's, so
-// the next plan, and the drift a status commit computes, render only
-// what a new snapshot changed. Renders that may ask for a credential and
-// failed ones are not kept. A hub holds one for its plans; the zero value
-// is ready. It holds the renders of the last snapshot asked for only.
+// RenderCache keeps the configs plans rendered, by trigger and node, for
+// the snapshot last asked for: everything a render reads (the template,
+// the node's labels and capabilities, its workspace and organization, the
+// block, the trigger) is the snapshot's, so the next plan, and the drift
+// a status commit computes, render only what a new snapshot changed. A
+// snapshot whose commit changed only BRCs keeps the renders of the BRCs
+// it did not change (at 100,000 nodes a push of one BRC otherwise
+// rendered the whole fleet again); any other change drops them all.
+// Renders that may ask for a credential and failed ones are not kept. A
+// hub holds one for its plans; the zero value is ready.
 type RenderCache struct {
 	mu   sync.Mutex
 	snap *fleetwave.Snapshot
 	m    map[renderKey]string
 }
 
-// renderKey is a trigger of the cache's snapshot (its pointer: a changed
-// copy, as a manual request makes, is another key) and a node.
+// renderKey is a trigger of the cache's snapshot, by name, and a node.
 type renderKey struct {
-	t    *fleetwave.Trigger
-	node string
+	trigger, node string
 }
 
 func (c *RenderCache) get(snap *fleetwave.Snapshot, t *fleetwave.Trigger, node string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.snap != snap {
-		return "", false
+		c.switchTo(snap)
 	}
-	out, ok := c.m[renderKey{t, node}]
+	if snap.Triggers[t.Name] != t {
+		return "", false // a changed copy (a manual request's)
+	}
+	out, ok := c.m[renderKey{t.Name, node}]
 	return out, ok
 }
 
@@ -350,9 +354,52 @@ func (c *RenderCache) put(snap *fleetwave.Snapshot, t *fleetwave.Trigger, node, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.snap != snap {
-		c.snap, c.m = snap, map[renderKey]string{}
+		c.switchTo(snap)
 	}
-	c.m[renderKey{t, node}] = out
+	if snap.Triggers[t.Name] == t {
+		c.m[renderKey{t.Name, node}] = out
+	}
+}
+
+// switchTo makes snap the cache's snapshot, keeping the renders of the
+// triggers it has as the last one had them when nothing but triggers
+// changed; c.mu held.
+func (c *RenderCache) switchTo(snap *fleetwave.Snapshot) {
+	keep := unchangedTriggers(c.snap, snap)
+	if keep == nil {
+		c.m = map[renderKey]string{}
+	} else {
+		for k := range c.m {
+			if !keep[k.trigger] {
+				delete(c.m, k)
+			}
+		}
+	}
+	c.snap = snap
+}
+
+// unchangedTriggers returns the triggers snap has as prev had them, when
+// every object of snap but its triggers is as in prev; nil otherwise.
+func unchangedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
+	if prev == nil || len(prev.Objects) == 0 || len(snap.Objects) == 0 {
+		return nil
+	}
+	keep := map[string]bool{}
+	for k, o := range snap.Objects {
+		p, ok := prev.Objects[k]
+		switch {
+		case k.Kind() != fleetwave.KindTrigger && (!ok || p.Hash != o.Hash):
+			return nil
+		case k.Kind() == fleetwave.KindTrigger && ok && p.Hash == o.Hash:
+			keep[k.Name()] = true
+		}
+	}
+	for k := range prev.Objects {
+		if _, ok := snap.Objects[k]; !ok && k.Kind() != fleetwave.KindTrigger {
+			return nil
+		}
+	}
+	return keep
 }
 
 // checkRendered is renderBlock's checks of a rendered config.
