@@ -198,29 +198,17 @@ func (h *Hub) commitActor(ctx context.Context, snap *fleetwave.Snapshot) string 
 }
 
 // changedTriggers returns the reconciliation BRCs of snap that prev did not
-// have or had in another version, when they are all a commit changed (no
-// node, block, label map or config: those change the plan of every BRC).
-// Nil otherwise, and for the first snapshot.
+// have or had in another version, when they are all a commit changed
+// (reconciler.ChangedTriggers). Nil otherwise, for the first snapshot and
+// for the same commit.
 func changedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
 	if prev == nil || prev == snap || prev.Commit == snap.Commit {
 		return nil
 	}
-	changed := map[string]bool{}
-	for k, o := range snap.Objects {
-		if p, ok := prev.Objects[k]; ok && p.Hash == o.Hash {
-			continue
-		}
-		t := snap.Triggers[k.Name()]
-		if k.Kind() != fleetwave.KindTrigger || t == nil {
-			return nil
-		}
-		if t.TriggerType == "" || t.TriggerType == fleetwave.TriggerReconciliation {
-			changed[t.Name] = true
-		}
-	}
-	for k := range prev.Objects {
-		if _, ok := snap.Objects[k]; !ok && k.Kind() != fleetwave.KindTrigger {
-			return nil
+	changed := reconciler.ChangedTriggers(prev, snap)
+	for name := range changed {
+		if t := snap.Triggers[name]; t.TriggerType != "" && t.TriggerType != fleetwave.TriggerReconciliation {
+			delete(changed, name)
 		}
 	}
 	return changed

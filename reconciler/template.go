@@ -363,14 +363,18 @@ func (c *RenderCache) put(snap *fleetwave.Snapshot, t *fleetwave.Trigger, node, 
 
 // switchTo makes snap the cache's snapshot, keeping the renders of the
 // triggers it has as the last one had them when nothing but triggers
-// changed; c.mu held.
+// changed (a snapshot without objects tells nothing: all are dropped);
+// c.mu held.
 func (c *RenderCache) switchTo(snap *fleetwave.Snapshot) {
-	keep := unchangedTriggers(c.snap, snap)
-	if keep == nil {
+	var changed map[string]bool
+	if c.snap != nil && len(c.snap.Objects) > 0 && len(snap.Objects) > 0 {
+		changed = ChangedTriggers(c.snap, snap)
+	}
+	if changed == nil {
 		c.m = map[renderKey]string{}
 	} else {
 		for k := range c.m {
-			if !keep[k.trigger] {
+			if changed[k.trigger] || snap.Triggers[k.trigger] == nil {
 				delete(c.m, k)
 			}
 		}
@@ -378,28 +382,31 @@ func (c *RenderCache) switchTo(snap *fleetwave.Snapshot) {
 	c.snap = snap
 }
 
-// unchangedTriggers returns the triggers snap has as prev had them, when
-// every object of snap but its triggers is as in prev; nil otherwise.
-func unchangedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
-	if prev == nil || len(prev.Objects) == 0 || len(snap.Objects) == 0 {
+// ChangedTriggers returns the triggers (BRCs of every type) of snap that
+// prev did not have or had in another version, when they are all that
+// changed from prev to snap (no node, block, label map or config: those
+// change what every trigger renders and plans). Nil otherwise, and when
+// prev is nil.
+func ChangedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
+	if prev == nil {
 		return nil
 	}
-	keep := map[string]bool{}
+	changed := map[string]bool{}
 	for k, o := range snap.Objects {
-		p, ok := prev.Objects[k]
-		switch {
-		case k.Kind() != fleetwave.KindTrigger && (!ok || p.Hash != o.Hash):
-			return nil
-		case k.Kind() == fleetwave.KindTrigger && ok && p.Hash == o.Hash:
-			keep[k.Name()] = true
+		if p, ok := prev.Objects[k]; ok && p.Hash == o.Hash {
+			continue
 		}
+		if k.Kind() != fleetwave.KindTrigger || snap.Triggers[k.Name()] == nil {
+			return nil
+		}
+		changed[k.Name()] = true
 	}
 	for k := range prev.Objects {
 		if _, ok := snap.Objects[k]; !ok && k.Kind() != fleetwave.KindTrigger {
 			return nil
 		}
 	}
-	return keep
+	return changed
 }
 
 // checkRendered is renderBlock's checks of a rendered config.

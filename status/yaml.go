@@ -27,9 +27,6 @@ import (
 // by the indentation of the collection it is in, as the chunked lists
 // are (see encode).
 func emitYAML(b *bytes.Buffer, v any) bool {
-	if s, ok := v.([]any); ok && len(s) > 0 {
-		return emitSequence(b, s, 0)
-	}
 	start := b.Len()
 	e := emitter{out: b}
 	var ok bool
@@ -213,20 +210,18 @@ func (e *emitter) scalar(v any, ind int) bool {
 		if !ok || hasLineBreak(s) {
 			return false
 		}
-		for ind > 0 {
+		// later lines (a literal block's) shift right; empty ones stay empty
+		for first := true; ; first = false {
 			line, rest, more := strings.Cut(s, "\n")
+			if !first && line != "" {
+				e.pad(ind)
+			}
 			e.out.WriteString(line)
 			if !more {
 				break
 			}
 			e.out.WriteByte('\n')
-			if rest != "" && rest[0] != '\n' {
-				e.pad(ind)
-			}
 			s = rest
-		}
-		if ind == 0 {
-			e.out.WriteString(s)
 		}
 	default:
 		return false
