@@ -100,6 +100,7 @@
 //	sched                  hash schedule trigger -> its last fired tick (unix ms)
 //	obs, obs_nodes         hash node -> last full report (without instances); set of observed nodes
 //	obsi:<node>            hash block -> observed instance (JSON)
+//	obs_changed            zset node -> change counter of its last observed change (Observe reads only those newer than its last read)
 //	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
 //
 // Item ids are "<rollout>.<position>", attempt ids "<item>.<n>". The payload

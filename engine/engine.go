@@ -134,6 +134,10 @@ type Engine struct {
 	rnd *rand.Rand
 
 	obs decodedObs // the observations last read, decoded (readObservationChunk)
+	// omu serialises Observe, which brings obs up to date: obsAt is where
+	// the last full or incremental read left it.
+	omu   sync.Mutex
+	obsAt obsMark
 
 	floor func(ctx context.Context) (int64, error)
 	lmu   sync.Mutex // guards runID, maxFence

@@ -1,7 +1,14 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"math/rand"
+	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -56,15 +63,156 @@ func TestObservationsDecodedOnceStayCurrent(t *testing.T) {
 		if v := obs["n2"].Instances[0].Version; v != "1.0" {
 			t.Fatalf("n2 observed as %+v", obs["n2"])
 		}
-		// an instance changed without a new report (as a result does)
-		if err := rdb.HSet(h.ctx, h.e.key("obsi", "n2"), "web", `{"block":"web","version":"3.0","generation":2}`).Err(); err != nil {
-			t.Fatal(err)
+		// an instance a result changed, without a new report
+		h.create(spec("r", 2, "web", 2, 2, 0))
+		h.step()
+		for _, a := range h.poll("n2") {
+			h.complete(a, fleetwave.ResultSuccess)
 		}
-		if obs = read(); obs["n2"].Instances[0].Version != "3.0" || obs["n2"].Instances[0].Generation != 2 {
+		if obs = read(); obs["n2"].Instances[0].Version != "v2" || obs["n2"].Instances[0].Generation != 2 {
 			t.Fatalf("n2 after its instance changed: %+v", obs["n2"])
+		}
+		if v := obs["n1"].Instances[0].Version; v != "2.0" {
+			t.Fatalf("n1 changed with n2: %+v", obs["n1"])
 		}
 		if got, want := len(h.e.obs.nodes), 2; got != want {
 			t.Fatalf("%d nodes kept decoded, want %d", got, want)
+		}
+	})
+}
+
+// obsReads counts the nodes whose instances a client read (one HGETALL
+// of obsi:<node> each).
+type obsReads struct{ n atomic.Int64 }
+
+func (r *obsReads) count(cmd redis.Cmder) {
+	if cmd.Name() == "hgetall" && strings.Contains(fmt.Sprint(cmd.Args()[1]), ":obsi:") {
+		r.n.Add(1)
+	}
+}
+func (r *obsReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *obsReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.count(cmd); return next(ctx, cmd) }
+}
+func (r *obsReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			r.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestObserveReadsOnlyChangedNodes: after its first read, Observe reads
+// again only the nodes whose observation a script changed since, and what
+// it returns is what a new Engine reading every node finds, after any mix
+// of reports (this replica's and another's) and results. When the change
+// counter goes back (Redis lost writes) or fullObserveEvery passed, it
+// reads every node again, and finds what the marks could not tell.
+func TestObserveReadsOnlyChangedNodes(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		reads := &obsReads{}
+		rdb.AddHook(reads)
+		h := newHarness(t, rdb)
+		other := New(rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix("test"))
+		const nodes = 40
+		rnd := rand.New(rand.NewSource(7))
+		report := func(e *Engine, node int) {
+			t.Helper()
+			r := fleetwave.Report{Node: fmt.Sprintf("n%d", node), SentAt: h.clk.Now()}
+			for b := range rnd.Intn(3) {
+				r.Instances = append(r.Instances, fleetwave.InstanceStatus{Block: fmt.Sprintf("b%d", b),
+					Version: fmt.Sprint(rnd.Intn(5)), Generation: int64(rnd.Intn(3))})
+			}
+			if rnd.Intn(2) == 0 {
+				r.Capabilities = []string{"gpu"}
+			}
+			if err := e.Report(h.ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// observe reads through h.e and checks it against a new Engine's
+		// full read; it returns how many nodes h.e read
+		observe := func(what string) int64 {
+			t.Helper()
+			before := reads.n.Load()
+			got, gotVer, err := h.e.Observe(h.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := reads.n.Load() - before
+			fresh := New(rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix("test"))
+			want, wantVer, err := fresh.Observe(h.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gotVer != wantVer || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: observed at %d: %d nodes, a full read at %d: %d nodes", what, gotVer, len(got), wantVer, len(want))
+			}
+			return n
+		}
+		for i := range nodes {
+			report(h.e, i)
+		}
+		if n := observe("first read"); n != nodes {
+			t.Fatalf("the first read read %d nodes, want %d", n, nodes)
+		}
+		if n := observe("nothing changed"); n != 0 {
+			t.Fatalf("a read with nothing changed read %d nodes", n)
+		}
+		for round := range 30 {
+			h.clk.Advance(time.Second)
+			changed := map[int]bool{}
+			for range rnd.Intn(4) {
+				node := rnd.Intn(nodes)
+				changed[node] = true
+				report([]*Engine{h.e, other}[rnd.Intn(2)], node)
+			}
+			if round%10 == 0 { // a result changes the instance of block web on n1 and n2
+				h.create(spec(fmt.Sprintf("r%d", round), 2, "web", int64(round+1), 2, 0))
+				h.step()
+				for _, node := range []string{"n1", "n2"} {
+					for _, a := range h.poll(node) {
+						h.complete(a, fleetwave.ResultSuccess)
+					}
+				}
+				changed[1], changed[2] = true, true
+			}
+			if n := observe(fmt.Sprintf("round %d", round)); n != int64(len(changed)) {
+				t.Fatalf("round %d: read %d nodes, %d changed", round, n, len(changed))
+			}
+		}
+		// Redis lost writes: the counter is back below the last read, and
+		// n3 shows what the lost timeline did not
+		ver, err := rdb.Get(h.ctx, h.e.key("version")).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(h.ctx, h.e.key("version"), ver-5, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(h.ctx, h.e.key("obsi", "n3"), "lost", `{"block":"lost","version":"9"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n := observe("counter back"); n != nodes {
+			t.Fatalf("after the counter went back, read %d nodes, want %d", n, nodes)
+		}
+		// a change no script marked (none does that) waits for the next full read
+		if err := rdb.HSet(h.ctx, h.e.key("obsi", "n4"), "unmarked", `{"block":"unmarked","version":"1"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+		obs, _, err := h.e.Observe(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range obs["n4"].Instances {
+			if in.Block == "unmarked" {
+				t.Fatal("an incremental read read n4, which no script marked")
+			}
+		}
+		h.clk.Advance(fullObserveEvery)
+		if n := observe("after fullObserveEvery"); n != nodes {
+			t.Fatalf("after fullObserveEvery, read %d nodes, want %d", n, nodes)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -28,24 +29,77 @@ func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, erro
 // them: a plan made on these observations carries it as
 // RolloutSpec.ObservedVersion, so CreateRollout can tell a plan made
 // before an item finished.
+//
+// Reading every node's observation is what a reconcile, a status commit
+// and the node views of a large fleet spent most of their time on, and
+// most had not changed since the last read. So the Engine keeps what it
+// read, and every script that changes a node's observation marks the node
+// with the change counter it leaves (obs_changed): Observe reads again only
+// the nodes marked above the counter its last read saw. A script is
+// atomic and bumps the counter last, so every change at or below the
+// counter read first is in the data read after it. It reads every node
+// again when it cannot trust the marks: on its first call, when the
+// server's run_id changed (a restart or a failover: writes not replicated
+// are lost, and the counter may later pass the mark again), when the
+// counter went back, and at least every fullObserveEvery.
 func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, error) {
-	pipe := e.rdb.Pipeline()
-	ver := pipe.Get(ctx, e.key("version"))
-	members := pipe.SMembers(ctx, e.key("obs_nodes"))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, fmt.Errorf("read observed nodes: %w", err)
+	e.omu.Lock()
+	defer e.omu.Unlock()
+	runID := e.serverRunID(ctx)
+	now := e.clock.Now()
+	at := e.obsAt
+	incremental := at.ver > 0 && runID == at.runID && now.Sub(at.full) < fullObserveEvery
+	for {
+		pipe := e.rdb.Pipeline()
+		ver := pipe.Get(ctx, e.key("version"))
+		var members *redis.StringSliceCmd
+		if incremental {
+			members = pipe.ZRangeByScore(ctx, e.key("obs_changed"),
+				&redis.ZRangeBy{Min: "(" + strconv.FormatInt(at.ver, 10), Max: "+inf"})
+		} else {
+			members = pipe.SMembers(ctx, e.key("obs_nodes"))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, 0, fmt.Errorf("read observed nodes: %w", err)
+		}
+		version, err := ver.Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, 0, fmt.Errorf("read change counter: %w", err)
+		}
+		if incremental && version < at.ver {
+			e.log.Warn().Int64("version", version).Int64("last_version", at.ver).
+				Msg("the change counter went back (redis lost writes): reading every observation again")
+			incremental = false
+			continue
+		}
+		nodes := members.Val()
+		sort.Strings(nodes)
+		obs, err := e.readObservations(ctx, nodes)
+		if err != nil {
+			e.obsAt = obsMark{}
+			return nil, 0, err
+		}
+		if incremental {
+			obs = e.obs.all()
+			e.obsAt.ver = version
+		} else {
+			e.obs.keepOnly(obs)
+			e.obsAt = obsMark{ver: version, runID: runID, full: now}
+		}
+		return obs, version, nil
 	}
-	version, err := ver.Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, fmt.Errorf("read change counter: %w", err)
-	}
-	nodes := members.Val()
-	sort.Strings(nodes)
-	obs, err := e.readObservations(ctx, nodes)
-	if err == nil {
-		e.obs.keepOnly(obs)
-	}
-	return obs, version, err
+}
+
+// fullObserveEvery bounds how long Observe reads only the marked nodes
+// before it reads them all again: the marks are trusted within one Redis
+// server's life, and this bounds what a case they miss could cost.
+const fullObserveEvery = 10 * time.Minute
+
+// obsMark is where Observe left the kept observations.
+type obsMark struct {
+	ver   int64     // the change counter they are current to (0: none kept)
+	runID string    // the server's run_id then ("" when it does not say)
+	full  time.Time // the last read of every node
 }
 
 // ObserveNodes is Observe for the listed nodes only: a node that never
@@ -56,6 +110,8 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 		v, err := e.Version(ctx)
 		return fleetwave.Observations{}, v, err
 	}
+	e.omu.Lock() // what it reads updates the kept observations too
+	defer e.omu.Unlock()
 	members := make([]any, len(ids))
 	for i, id := range ids {
 		members[i] = id
@@ -167,13 +223,30 @@ func (d *decodedObs) decode(node, head string, insts map[string]string) (*fleetw
 		d.nodes[node] = c
 		d.mu.Unlock()
 	}
+	return c.report(), nil
+}
+
+// report returns a copy of the decoded observation: callers may change
+// what they get.
+func (c *decodedNode) report() *fleetwave.Report {
 	r := c.r
 	r.Capabilities = slices.Clone(r.Capabilities)
 	r.DataAddresses = maps.Clone(r.DataAddresses)
 	r.Instances = slices.Clone(r.Instances)
 	r.Attempts = slices.Clone(r.Attempts)
 	r.Detected = slices.Clone(r.Detected)
-	return &r, nil
+	return &r
+}
+
+// all returns a copy of every kept observation.
+func (d *decodedObs) all() fleetwave.Observations {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	obs := make(fleetwave.Observations, len(d.nodes))
+	for n, c := range d.nodes {
+		obs[n] = c.report()
+	}
+	return obs
 }
 
 // keepOnly forgets the nodes a full read did not find (no longer

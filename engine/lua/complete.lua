@@ -63,7 +63,7 @@ local function result(b)
     if inst ~= '' then
       redis.call('HSET', P .. 'obsi:' .. node, it.block, inst)
       redis.call('HSET', P .. 'obsi_at:' .. node, it.block, inst_at)
-      redis.call('SADD', P .. 'obs_nodes', node)
+      observed(node)
     end
     return 'ok'
   end
@@ -74,7 +74,7 @@ local function result(b)
     if inst ~= '' then
       redis.call('HSET', P .. 'obsi:' .. node, it.block, inst)
       redis.call('HSET', P .. 'obsi_at:' .. node, it.block, inst_at)
-      redis.call('SADD', P .. 'obs_nodes', node)
+      observed(node)
     end
   elseif class == 'lost' and it.one_shot == '1' then
     -- the agent was stopped while it ran the attempt: whether a one-shot

@@ -222,6 +222,14 @@ local function version_after()
   return VERSION_AFTER
 end
 
+-- observed marks node's observation changed (a report, or an instance a
+-- result recorded) at the change counter this script leaves: Observe reads
+-- again only the nodes marked since the counter it last read.
+local function observed(node)
+  redis.call('SADD', P .. 'obs_nodes', node)
+  redis.call('ZADD', P .. 'obs_changed', version_after(), node)
+end
+
 local function bump()
   flush()
   local v = redis.call('INCR', KEYS[3])

@@ -8,7 +8,7 @@ local node = ARGV[RH.node]
 local sent = tonumber(ARGV[RH.sent_at])
 local n = tonumber(ARGV[RH.instances])
 redis.call('HSET', P .. 'obs', node, ARGV[RH.report])
-redis.call('SADD', P .. 'obs_nodes', node)
+observed(node)
 local ik, atk = P .. 'obsi:' .. node, P .. 'obsi_at:' .. node
 -- Reports and attempt results race: a report taken before an attempt's
 -- result arrived must not roll the observation back. An instance recorded
