@@ -149,6 +149,14 @@ func TestObserveReadsOnlyChangedNodes(t *testing.T) {
 			if gotVer != wantVer || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s: observed at %d: %d nodes, a full read at %d: %d nodes", what, gotVer, len(got), wantVer, len(want))
 			}
+			// ObserveNodes (the push plan's read) agrees, and keeps nothing
+			some, _, err := h.e.ObserveNodes(h.ctx, []string{"n1", "n5", "gone"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(some, fleetwave.Observations{"n1": want["n1"], "n5": want["n5"]}) {
+				t.Fatalf("%s: ObserveNodes disagrees with a full read", what)
+			}
 			return n
 		}
 		for i := range nodes {

@@ -74,7 +74,7 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 		}
 		nodes := members.Val()
 		sort.Strings(nodes)
-		obs, err := e.readObservations(ctx, nodes)
+		obs, err := e.readObservations(ctx, nodes, true)
 		if err != nil {
 			e.obsAt = obsMark{}
 			return nil, 0, err
@@ -110,8 +110,6 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 		v, err := e.Version(ctx)
 		return fleetwave.Observations{}, v, err
 	}
-	e.omu.Lock() // what it reads updates the kept observations too
-	defer e.omu.Unlock()
 	members := make([]any, len(ids))
 	for i, id := range ids {
 		members[i] = id
@@ -133,23 +131,25 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 		}
 	}
 	sort.Strings(nodes)
-	obs, err := e.readObservations(ctx, nodes)
+	// what it reads is not kept: only Observe, one at a time, updates the
+	// kept observations, so that none goes back to an older read
+	obs, err := e.readObservations(ctx, nodes, false)
 	return obs, version, err
 }
 
 // readObservations reads the full report and the instances of each node,
-// pipelined in chunks.
-func (e *Engine) readObservations(ctx context.Context, nodes []string) (fleetwave.Observations, error) {
+// pipelined in chunks; keep: what it decoded replaces what was kept.
+func (e *Engine) readObservations(ctx context.Context, nodes []string, keep bool) (fleetwave.Observations, error) {
 	obs := make(fleetwave.Observations, len(nodes))
 	for lo := 0; lo < len(nodes); lo += pipelineChunk / 2 {
-		if err := e.readObservationChunk(ctx, nodes[lo:min(lo+pipelineChunk/2, len(nodes))], obs); err != nil {
+		if err := e.readObservationChunk(ctx, nodes[lo:min(lo+pipelineChunk/2, len(nodes))], obs, keep); err != nil {
 			return nil, err
 		}
 	}
 	return obs, nil
 }
 
-func (e *Engine) readObservationChunk(ctx context.Context, nodes []string, obs fleetwave.Observations) error {
+func (e *Engine) readObservationChunk(ctx context.Context, nodes []string, obs fleetwave.Observations, keep bool) error {
 	pipe := e.rdb.Pipeline()
 	heads := make([]*redis.StringCmd, len(nodes))
 	insts := make([]*redis.MapStringStringCmd, len(nodes))
@@ -162,7 +162,7 @@ func (e *Engine) readObservationChunk(ctx context.Context, nodes []string, obs f
 	}
 	for i, n := range nodes {
 		head, _ := heads[i].Result() // "" when the node has instances but no report
-		r, err := e.obs.decode(n, head, insts[i].Val())
+		r, err := e.obs.decode(n, head, insts[i].Val(), keep)
 		if err != nil {
 			return err
 		}
@@ -187,8 +187,9 @@ type decodedNode struct {
 }
 
 // decode returns node's observation from its stored report and
-// instances, a copy of the last decoded one when they did not change.
-func (d *decodedObs) decode(node, head string, insts map[string]string) (*fleetwave.Report, error) {
+// instances, a copy of the last decoded one when they did not change;
+// keep: a new decoding is kept.
+func (d *decodedObs) decode(node, head string, insts map[string]string, keep bool) (*fleetwave.Report, error) {
 	d.mu.Lock()
 	c := d.nodes[node]
 	d.mu.Unlock()
@@ -214,6 +215,9 @@ func (d *decodedObs) decode(node, head string, insts map[string]string) (*fleetw
 				in.Block = b
 			}
 			r.Instances = append(r.Instances, in)
+		}
+		if !keep {
+			return &r, nil // not shared: no copy
 		}
 		c = &decodedNode{head: head, insts: insts, r: r}
 		d.mu.Lock()
