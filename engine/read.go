@@ -371,16 +371,31 @@ func (e *Engine) ActiveItem(ctx context.Context, node, block string) (fleetwave.
 // ActiveInstances returns which of keys have an active item (pending, in
 // progress, retrying, ambiguous), in two pipelined round trips.
 func (e *Engine) ActiveInstances(ctx context.Context, keys []fleetwave.InstanceKey) (map[fleetwave.InstanceKey]bool, error) {
-	out := map[fleetwave.InstanceKey]bool{}
+	ids, err := e.ActiveItems(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[fleetwave.InstanceKey]bool, len(ids))
+	for k := range ids {
+		out[k] = true
+	}
+	return out, nil
+}
+
+// ActiveItems returns the active item (pending, in progress, retrying,
+// ambiguous) of each of keys that has one, by id, in two pipelined round
+// trips per pipelineChunk keys.
+func (e *Engine) ActiveItems(ctx context.Context, keys []fleetwave.InstanceKey) (map[fleetwave.InstanceKey]string, error) {
+	out := map[fleetwave.InstanceKey]string{}
 	for lo := 0; lo < len(keys); lo += pipelineChunk {
-		if err := e.activeInstances(ctx, keys[lo:min(lo+pipelineChunk, len(keys))], out); err != nil {
+		if err := e.activeItems(ctx, keys[lo:min(lo+pipelineChunk, len(keys))], out); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-func (e *Engine) activeInstances(ctx context.Context, keys []fleetwave.InstanceKey, out map[fleetwave.InstanceKey]bool) error {
+func (e *Engine) activeItems(ctx context.Context, keys []fleetwave.InstanceKey, out map[fleetwave.InstanceKey]string) error {
 	pipe := e.rdb.Pipeline()
 	ptrs := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
@@ -401,7 +416,7 @@ func (e *Engine) activeInstances(ctx context.Context, keys []fleetwave.InstanceK
 	}
 	for i, c := range st {
 		if c != nil && fleetwave.ItemStatus(c.Val()).Active() {
-			out[keys[i]] = true
+			out[keys[i]] = ptrs[i].Val()
 		}
 	}
 	return nil

@@ -301,10 +301,22 @@ func drainedNodes(snap *fleetwave.Snapshot) []string {
 // ago (sentItems).
 func (h *Hub) createPlanned(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) {
 	now := time.Now()
-	spec, _ = h.sent.filter(fence, spec, now)
+	spec, _, again := h.sent.filter(fence, spec, now)
+	if len(again) > 0 {
+		keys := make([]fleetwave.InstanceKey, 0, len(again))
+		for k := range again {
+			keys = append(keys, k)
+		}
+		active, err := h.eng.ActiveItems(ctx, keys)
+		if err != nil {
+			h.log.Warn().Err(err).Str("brc", spec.Source.Object.Name()).Msg("read the active items: sending the plan whole")
+		} else {
+			spec, _ = h.sent.stillActive(fence, spec, again, active, now)
+		}
+	}
 	r, ok := h.create(ctx, fence, spec)
 	if ok {
-		h.sent.created(fence, spec, r.Created, now)
+		h.sent.created(fence, spec, r.Created, r.Items, now)
 	}
 }
 

@@ -17,21 +17,26 @@ import (
 // cost Redis about 0.3 s of CPU in one script, which holds every other
 // client (dispatch, results, polls) for that long. An item the engine
 // created is left out of the plans of the next ttl when it is the same
-// (same event, action, generation, config, version, state); after that,
-// or when anything of it differs, it is sent again and the engine decides
-// as before; when it creates nothing for it (the item it created is still
-// there, or ended), it is left out for another ttl. So at most the
-// re-creation of an item whose instance the engine would act on again (an
-// install that ended while its observation still shows the old state)
-// waits for ttl, never longer. An item never created (its instance busy
-// with another event's) is sent with every plan, so it starts as soon as
-// the instance is free. Items of split groups are always sent: a group is
-// created whole or not at all.
+// (same event, action, generation, config, version, state). After that
+// ttl it is checked rather than sent: while the instance's active item is
+// still the one the engine created for it, the engine would create
+// nothing (that item covers the plan), so it is left out for another ttl;
+// otherwise (the item ended, or anything of it differs) it is sent again
+// and the engine decides as before, and when it creates nothing for it,
+// it is left out for another ttl. So at most the re-creation of an item
+// whose instance the engine would act on again (an install that ended
+// while its observation still shows the old state) waits for ttl, never
+// longer. An item never created (its instance busy with another event's)
+// is sent with every plan, so it starts as soon as the instance is free.
+// Items of split groups are always sent: a group is created whole or not
+// at all.
 //
 // ttl is the reconcile interval, or four times the last reconcile when
 // that is longer: at 100,000 nodes a reconcile outlasted the interval, and
 // every one sent the 90,000 unfinished items again (45 create scripts,
-// 40-68 s of Redis time that held back results and dispatch).
+// 40-68 s of Redis time that held back results and dispatch). Checking
+// the items past ttl reads two short fields per instance instead: sending
+// them again still took 20-70 s of a 100k reconcile.
 type sentItems struct {
 	mu    sync.Mutex
 	fence int64
@@ -52,6 +57,7 @@ func (s *sentItems) reconciled(took time.Duration) {
 
 type sentItem struct {
 	event, digest string
+	item          string // the item the engine created ("" when unknown)
 	at            time.Time
 }
 
@@ -66,23 +72,61 @@ func digestOf(it fleetwave.ItemSpec) string {
 }
 
 // filter returns spec without the items created from it in the last ttl
-// under fence (and how many it left out).
-func (s *sentItems) filter(fence int64, spec fleetwave.RolloutSpec, now time.Time) (fleetwave.RolloutSpec, int) {
+// under fence, how many it left out, and which of the items it kept were
+// created from it before ttl (their instance and item): check them with
+// stillActive before sending them.
+func (s *sentItems) filter(fence int64, spec fleetwave.RolloutSpec, now time.Time) (fleetwave.RolloutSpec, int, map[fleetwave.InstanceKey]string) {
 	if spec.Once || s.ttl <= 0 {
-		return spec, 0
+		return spec, 0, nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fence != fence {
+		return spec, 0, nil
+	}
+	event := eventOf(spec)
+	kept := make([]fleetwave.ItemSpec, 0, len(spec.Items))
+	var again map[fleetwave.InstanceKey]string
+	for _, it := range spec.Items {
+		if it.Group == "" {
+			if e, ok := s.items[it.Instance()]; ok && e.event == event && e.digest == digestOf(it) {
+				if now.Sub(e.at) < s.span() {
+					continue
+				}
+				if e.item != "" {
+					if again == nil {
+						again = map[fleetwave.InstanceKey]string{}
+					}
+					again[it.Instance()] = e.item
+				}
+			}
+		}
+		kept = append(kept, it)
+	}
+	left := len(spec.Items) - len(kept)
+	spec.Items = kept
+	return spec, left, again
+}
+
+// stillActive returns spec without the items of again (filter's) whose
+// instance's active item is still the one created for them (active: the
+// active item of each instance that has one), and how many it left out;
+// those are left out for another ttl.
+func (s *sentItems) stillActive(fence int64, spec fleetwave.RolloutSpec, again, active map[fleetwave.InstanceKey]string, now time.Time) (fleetwave.RolloutSpec, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fence != fence {
 		return spec, 0
 	}
-	event := eventOf(spec)
 	kept := make([]fleetwave.ItemSpec, 0, len(spec.Items))
 	for _, it := range spec.Items {
-		if it.Group == "" {
-			if e, ok := s.items[it.Instance()]; ok && e.event == event && e.digest == digestOf(it) && now.Sub(e.at) < s.span() {
-				continue
+		k := it.Instance()
+		if id, ok := again[k]; ok && id != "" && active[k] == id {
+			if e, ok := s.items[k]; ok && e.item == id {
+				e.at = now
+				s.items[k] = e
 			}
+			continue
 		}
 		kept = append(kept, it)
 	}
@@ -92,9 +136,9 @@ func (s *sentItems) filter(fence int64, spec fleetwave.RolloutSpec, now time.Tim
 }
 
 // created records the items the engine created from spec (created holds
-// their indexes in spec.Items), under fence, and again those it created
-// earlier and created nothing for now.
-func (s *sentItems) created(fence int64, spec fleetwave.RolloutSpec, created []int, now time.Time) {
+// their indexes in spec.Items, ids their item ids), under fence, and again
+// those it created earlier and created nothing for now.
+func (s *sentItems) created(fence int64, spec fleetwave.RolloutSpec, created []int, ids []string, now time.Time) {
 	if spec.Once || s.ttl <= 0 {
 		return
 	}
@@ -104,16 +148,25 @@ func (s *sentItems) created(fence int64, spec fleetwave.RolloutSpec, created []i
 		s.fence, s.items = fence, map[fleetwave.InstanceKey]sentItem{}
 	}
 	event := eventOf(spec)
+	newID := make([]string, len(spec.Items))
 	isNew := make([]bool, len(spec.Items))
-	for _, i := range created {
+	for j, i := range created {
 		if i >= 0 && i < len(spec.Items) {
 			isNew[i] = true
+			if j < len(ids) {
+				newID[i] = ids[j]
+			}
 		}
 	}
 	for i, it := range spec.Items {
 		k, d := it.Instance(), digestOf(it)
-		if e, ok := s.items[k]; isNew[i] || ok && it.Group == "" && e.event == event && e.digest == d {
-			s.items[k] = sentItem{event: event, digest: d, at: now}
+		e, ok := s.items[k]
+		switch {
+		case isNew[i]:
+			s.items[k] = sentItem{event: event, digest: d, item: newID[i], at: now}
+		case ok && it.Group == "" && e.event == event && e.digest == d:
+			e.at = now
+			s.items[k] = e
 		}
 	}
 }

@@ -30,11 +30,11 @@ func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 		return out
 	}
 	s := sentItems{ttl: 30 * time.Second}
-	if got, _ := s.filter(7, spec, t0); len(got.Items) != 4 {
+	if got, _, _ := s.filter(7, spec, t0); len(got.Items) != 4 {
 		t.Fatalf("nothing created yet: kept %v, want all", nodes(got))
 	}
-	s.created(7, spec, []int{0, 1, 2}, t0) // n4 was not created (its instance was busy)
-	got, left := s.filter(7, spec, t0.Add(time.Second))
+	s.created(7, spec, []int{0, 1, 2}, []string{"r.0", "r.1", "r.2"}, t0) // n4 was not created (its instance was busy)
+	got, left, _ := s.filter(7, spec, t0.Add(time.Second))
 	if want := []string{"n3", "n4"}; left != 2 || len(got.Items) != 2 || got.Items[0].Node != want[0] || got.Items[1].Node != want[1] {
 		t.Fatalf("kept %v (left out %d), want %v: a split group and what was not created are sent again", nodes(got), left, want)
 	}
@@ -43,40 +43,40 @@ func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 	}
 	changed := spec
 	changed.Items = []fleetwave.ItemSpec{item("n1", "other-config", "")}
-	if got, _ := s.filter(7, changed, t0.Add(time.Second)); len(got.Items) != 1 {
+	if got, _, _ := s.filter(7, changed, t0.Add(time.Second)); len(got.Items) != 1 {
 		t.Fatal("an item planned differently was left out")
 	}
 	newer := spec
 	newer.BaseID, newer.Source.Generation = "web-g3", 3
-	if got, _ := s.filter(7, newer, t0.Add(time.Second)); len(got.Items) != 4 {
+	if got, _, _ := s.filter(7, newer, t0.Add(time.Second)); len(got.Items) != 4 {
 		t.Fatal("the items of another event were left out")
 	}
-	if got, _ := s.filter(8, spec, t0.Add(time.Second)); len(got.Items) != 4 {
+	if got, _, _ := s.filter(8, spec, t0.Add(time.Second)); len(got.Items) != 4 {
 		t.Fatal("a new leader term left items out")
 	}
-	if got, _ := s.filter(7, spec, t0.Add(30*time.Second)); len(got.Items) != 4 {
+	if got, _, _ := s.filter(7, spec, t0.Add(30*time.Second)); len(got.Items) != 4 {
 		t.Fatal("items were left out after ttl")
 	}
 	once := spec
 	once.Once = true
-	if got, _ := s.filter(7, once, t0.Add(time.Second)); len(got.Items) != 4 {
+	if got, _, _ := s.filter(7, once, t0.Add(time.Second)); len(got.Items) != 4 {
 		t.Fatal("a one-shot event's items were left out")
 	}
 	// after ttl the plan sends them again; the engine creates nothing
 	// (its items are there): the ones it created earlier are left out for
 	// another ttl, the one it never created is sent with every plan
 	t1 := t0.Add(30 * time.Second)
-	s.created(7, spec, nil, t1)
-	got, left = s.filter(7, spec, t1.Add(time.Second))
+	s.created(7, spec, nil, nil, t1)
+	got, left, _ = s.filter(7, spec, t1.Add(time.Second))
 	if want := []string{"n3", "n4"}; left != 2 || len(got.Items) != 2 || got.Items[0].Node != want[0] || got.Items[1].Node != want[1] {
 		t.Fatalf("after ttl, sent again and not created: kept %v (left out %d), want %v", nodes(got), left, want)
 	}
 	// a reconcile that took 20 s stretches ttl to 80 s
 	s.reconciled(20 * time.Second)
-	if got, _ := s.filter(7, spec, t1.Add(60*time.Second)); len(got.Items) != 2 {
+	if got, _, _ := s.filter(7, spec, t1.Add(60*time.Second)); len(got.Items) != 2 {
 		t.Fatalf("a ttl stretched by a slow reconcile: kept %v, want n3 and n4", nodes(got))
 	}
-	if got, _ := s.filter(7, spec, t1.Add(80*time.Second)); len(got.Items) != 4 {
+	if got, _, _ := s.filter(7, spec, t1.Add(80*time.Second)); len(got.Items) != 4 {
 		t.Fatal("items were left out after the stretched ttl")
 	}
 	s.prune(t1.Add(159 * time.Second))
@@ -86,6 +86,72 @@ func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 	s.prune(t1.Add(160 * time.Second))
 	if len(s.items) != 0 {
 		t.Fatalf("%d entries kept after twice the ttl", len(s.items))
+	}
+}
+
+// TestSentItemsPastTTLAreCheckedNotSent: past ttl, an item the engine
+// created is not sent again while its instance's active item (a real
+// redis-server's) is still the one created for it; once that item ended,
+// it is sent again. Checked items are left out for another ttl.
+func TestSentItemsPastTTLAreCheckedNotSent(t *testing.T) {
+	h, _ := engineHub(t)
+	ctx := context.Background()
+	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := func(node string) fleetwave.ItemSpec {
+		return fleetwave.ItemSpec{Node: node, Block: "web", Action: fleetwave.ActionUpgrade, Generation: 1, TargetVersion: "1.1",
+			ConfigHash: "h1", Payload: fleetwave.AttemptPayload{Command: "deploy", TimeoutSeconds: 60}}
+	}
+	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler},
+		Items:  []fleetwave.ItemSpec{item("n1"), item("n2"), item("n3")}}
+	s := sentItems{ttl: 30 * time.Second}
+	t0 := time.Now()
+	r, err := h.eng.CreateRolloutResult(ctx, fence, spec)
+	if err != nil || len(r.Items) != 3 {
+		t.Fatalf("created %+v, %v", r, err)
+	}
+	s.created(fence, spec, r.Created, r.Items, t0)
+	// n1's item runs and completes: its instance has no active item
+	h.fence = fence
+	h.engineStep(ctx)
+	as, err := h.eng.Poll(ctx, "n1", 10, 0)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("polled %v, %v", as, err)
+	}
+	if err := h.eng.Complete(ctx, "n1", fleetwave.AttemptResult{AttemptID: as[0].ID, Fence: as[0].Fence, Class: fleetwave.ResultSuccess,
+		Instance: &fleetwave.InstanceStatus{Block: "web", Version: "1.1", ConfigHash: "h1", Generation: 1, State: fleetwave.StateInstalled}}); err != nil {
+		t.Fatal(err)
+	}
+	t1 := t0.Add(31 * time.Second)
+	kept, left, again := s.filter(fence, spec, t1)
+	if left != 0 || len(kept.Items) != 3 || len(again) != 3 {
+		t.Fatalf("past ttl: kept %d, left out %d, to check %v; want all three kept and checked", len(kept.Items), left, again)
+	}
+	keys := []fleetwave.InstanceKey{item("n1").Instance(), item("n2").Instance(), item("n3").Instance()}
+	active, err := h.eng.ActiveItems(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(active) != 2 || active[keys[1]] != r.Items[1] || active[keys[2]] != r.Items[2] {
+		t.Fatalf("active items %v, want n2's and n3's of %v", active, r.Items)
+	}
+	kept, left = s.stillActive(fence, kept, again, active, t1)
+	if left != 2 || len(kept.Items) != 1 || kept.Items[0].Node != "n1" {
+		t.Fatalf("checked: kept %d (left out %d), want n1's only: its item ended", len(kept.Items), left)
+	}
+	if got, _, again := s.filter(fence, spec, t1.Add(time.Second)); len(got.Items) != 1 || len(again) != 1 {
+		t.Fatalf("after the check: kept %d, to check %v; want n1's alone, n2's and n3's left out for another ttl", len(got.Items), again)
+	}
+	// an active item that is not the one created for it (another event's) is no reason to leave one out
+	active[keys[0]] = "other.0"
+	if kept, left := s.stillActive(fence, spec, again, active, t1); left != 2 || len(kept.Items) != 1 {
+		t.Fatalf("n1 held by another item: kept %d, left out %d", len(kept.Items), left)
+	}
+	if kept, left := s.stillActive(fence+1, spec, again, active, t1); left != 0 || len(kept.Items) != 3 {
+		t.Fatal("a new leader term left checked items out")
 	}
 }
 
