@@ -101,6 +101,8 @@
 //	obs, obs_nodes         hash node -> last full report (without instances); set of observed nodes
 //	obsi:<node>            hash block -> observed instance (JSON)
 //	obs_changed            zset node -> change counter of its last observed change (Observe reads only those newer than its last read)
+//	ichg:<rollout>         zset item -> change counter of its last write (Rollout reads again only those newer than its last read)
+//	incarnation            random value written by the first reader of a keyspace without one: a flush shows as another value
 //	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
 //
 // Item ids are "<rollout>.<position>", attempt ids "<item>.<n>". The payload

@@ -139,6 +139,8 @@ type Engine struct {
 	omu   sync.Mutex
 	obsAt obsMark
 
+	kept keptRollouts // the items of open rollouts as last read (Rollout)
+
 	floor func(ctx context.Context) (int64, error)
 	lmu   sync.Mutex // guards runID, maxFence
 	// runID is the Redis run_id seen at the last Campaign or Renew ("" =

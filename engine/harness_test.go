@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,11 +148,29 @@ func (h *harness) report(r fleetwave.Report) {
 	h.check()
 }
 
+// rollout reads rollout id through h.e, which keeps the items of open
+// rollouts and reads again only those a script marked changed, and
+// checks it against a new Engine's read of every item: run after every
+// step of every harness test, this finds any write of an item that does
+// not mark it.
 func (h *harness) rollout(id string) (fleetwave.Rollout, []fleetwave.Item) {
 	h.t.Helper()
 	r, items, err := h.e.Rollout(h.ctx, id)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	fresh := New(h.rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix(h.e.keyBase[3:len(h.e.keyBase)-2]))
+	wr, want, err := fresh.Rollout(h.ctx, id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r, wr) || !reflect.DeepEqual(items, want) {
+		for i := range min(len(items), len(want)) {
+			if items[i] != want[i] {
+				h.t.Fatalf("rollout %s: item %d as kept %+v, as read whole %+v", id, i, items[i], want[i])
+			}
+		}
+		h.t.Fatalf("rollout %s as kept: %d items, as read whole: %d", id, len(items), len(want))
 	}
 	return r, items
 }

@@ -81,12 +81,15 @@ func TestObservationsDecodedOnceStayCurrent(t *testing.T) {
 	})
 }
 
-// obsReads counts the nodes whose instances a client read (one HGETALL
-// of obsi:<node> each).
-type obsReads struct{ n atomic.Int64 }
+// obsReads counts the HGETALLs of keys containing what (":obsi:": the
+// nodes whose instances a client read; ":i:": the items).
+type obsReads struct {
+	what string
+	n    atomic.Int64
+}
 
 func (r *obsReads) count(cmd redis.Cmder) {
-	if cmd.Name() == "hgetall" && strings.Contains(fmt.Sprint(cmd.Args()[1]), ":obsi:") {
+	if cmd.Name() == "hgetall" && strings.Contains(fmt.Sprint(cmd.Args()[1]), r.what) {
 		r.n.Add(1)
 	}
 }
@@ -107,11 +110,12 @@ func (r *obsReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // again only the nodes whose observation a script changed since, and what
 // it returns is what a new Engine reading every node finds, after any mix
 // of reports (this replica's and another's) and results. When the change
-// counter goes back (Redis lost writes) or fullObserveEvery passed, it
+// counter goes back (Redis lost writes), the keys' incarnation changed (a
+// flush) or fullObserveEvery passed, it
 // reads every node again, and finds what the marks could not tell.
 func TestObserveReadsOnlyChangedNodes(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		reads := &obsReads{}
+		reads := &obsReads{what: ":obsi:"}
 		rdb.AddHook(reads)
 		h := newHarness(t, rdb)
 		other := New(rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix("test"))
@@ -205,6 +209,16 @@ func TestObserveReadsOnlyChangedNodes(t *testing.T) {
 		if n := observe("counter back"); n != nodes {
 			t.Fatalf("after the counter went back, read %d nodes, want %d", n, nodes)
 		}
+		// a flush (or a restart without data) removes the incarnation
+		if err := rdb.Del(h.ctx, h.e.key("incarnation")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(h.ctx, h.e.key("obsi", "n5"), "flushed", `{"block":"flushed","version":"2"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n := observe("incarnation gone"); n != nodes {
+			t.Fatalf("after the incarnation was gone, read %d nodes, want %d", n, nodes)
+		}
 		// a change no script marked (none does that) waits for the next full read
 		if err := rdb.HSet(h.ctx, h.e.key("obsi", "n4"), "unmarked", `{"block":"unmarked","version":"1"}`).Err(); err != nil {
 			t.Fatal(err)
@@ -221,6 +235,61 @@ func TestObserveReadsOnlyChangedNodes(t *testing.T) {
 		h.clk.Advance(fullObserveEvery)
 		if n := observe("after fullObserveEvery"); n != nodes {
 			t.Fatalf("after fullObserveEvery, read %d nodes, want %d", n, nodes)
+		}
+	})
+}
+
+// TestRolloutReadsOnlyChangedItems: Rollout keeps the items of an open
+// rollout and reads again only those a script wrote since (a wave's), and
+// the items joined to it since; a finished rollout is not kept. (Every
+// harness test checks what it returns against a read of every item.)
+func TestRolloutReadsOnlyChangedItems(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		reads := &obsReads{what: ":i:"}
+		rdb.AddHook(reads)
+		h := newHarness(t, rdb)
+		id, _ := h.create(spec("web", 20, "web", 1, 5, 0))
+		// another Engine reads (the harness's reads its own after each step)
+		e := New(rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix("test"))
+		read := func() ([]fleetwave.Item, int64) {
+			t.Helper()
+			before := reads.n.Load()
+			_, items, err := e.Rollout(h.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return items, reads.n.Load() - before
+		}
+		if _, n := read(); n != 20 {
+			t.Fatalf("first read: %d items read, want 20", n)
+		}
+		if _, n := read(); n != 0 {
+			t.Fatalf("nothing changed: %d items read", n)
+		}
+		h.step() // the first wave: 5 items dispatched
+		// the wave writes the 5 it dispatched and the next ones it looked
+		// at (their reason), not the rollout's 20
+		if items, n := read(); n < 5 || n >= 20 || items[0].Status != fleetwave.ItemInProgress {
+			t.Fatalf("after a wave of 5: %d items read (want 5 to 19), first %s", n, items[0].Status)
+		}
+		more := spec("web", 22, "web", 1, 5, 0) // two items join
+		more.Items = more.Items[20:]
+		h.create(more)
+		if items, n := read(); n != 2 || len(items) != 22 {
+			t.Fatalf("after 2 items joined: %d items read (want 2), %d items", n, len(items))
+		}
+		for range 10 {
+			for _, a := range h.pollAll(22) {
+				h.complete(a, fleetwave.ResultSuccess)
+			}
+			h.step()
+		}
+		r, items, err := e.Rollout(h.ctx, id)
+		if err != nil || r.Status != fleetwave.RolloutCompleted || len(items) != 22 {
+			t.Fatalf("rollout %s with %d items, %v; want completed with 22", r.Status, len(items), err)
+		}
+		if _, n := read(); n != 22 {
+			t.Fatalf("a finished rollout: %d items read, want all 22 (not kept)", n)
 		}
 	})
 }

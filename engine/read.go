@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,10 +49,11 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 	runID := e.serverRunID(ctx)
 	now := e.clock.Now()
 	at := e.obsAt
-	incremental := at.ver > 0 && runID == at.runID && now.Sub(at.full) < fullObserveEvery
+	incremental := at.ver > 0 && now.Sub(at.full) < fullObserveEvery
 	for {
 		pipe := e.rdb.Pipeline()
 		ver := pipe.Get(ctx, e.key("version"))
+		inc := pipe.Get(ctx, e.key("incarnation"))
 		var members *redis.StringSliceCmd
 		if incremental {
 			members = pipe.ZRangeByScore(ctx, e.key("obs_changed"),
@@ -66,9 +68,13 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, 0, fmt.Errorf("read change counter: %w", err)
 		}
-		if incremental && version < at.ver {
+		server, err := e.server(ctx, runID, inc.Val())
+		if err != nil {
+			return nil, 0, err
+		}
+		if incremental && (version < at.ver || server != at.server) {
 			e.log.Warn().Int64("version", version).Int64("last_version", at.ver).
-				Msg("the change counter went back (redis lost writes): reading every observation again")
+				Msg("redis lost writes (a restart, a failover or a flush): reading every observation again")
 			incremental = false
 			continue
 		}
@@ -84,7 +90,7 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 			e.obsAt.ver = version
 		} else {
 			e.obs.keepOnly(obs)
-			e.obsAt = obsMark{ver: version, runID: runID, full: now}
+			e.obsAt = obsMark{ver: version, server: server, full: now}
 		}
 		return obs, version, nil
 	}
@@ -97,9 +103,29 @@ const fullObserveEvery = 10 * time.Minute
 
 // obsMark is where Observe left the kept observations.
 type obsMark struct {
-	ver   int64     // the change counter they are current to (0: none kept)
-	runID string    // the server's run_id then ("" when it does not say)
-	full  time.Time // the last read of every node
+	ver    int64     // the change counter they are current to (0: none kept)
+	server string    // the server's identity then (Engine.server)
+	full   time.Time // the last read of every node
+}
+
+// server names what a mark is valid in: the server's run_id ("" when it
+// does not say) and the incarnation of the engine's keys (inc, as read
+// with the counter). The incarnation is a random value the first reader
+// of a keyspace without one writes: a flush or a restart without data
+// removes it, and the change counter then starts again below the marks
+// kept, so a read that finds another incarnation reads everything again.
+func (e *Engine) server(ctx context.Context, runID, inc string) (string, error) {
+	if inc == "" {
+		key := e.key("incarnation")
+		if err := e.rdb.SetNX(ctx, key, rand.Text(), 0).Err(); err != nil {
+			return "", fmt.Errorf("write incarnation: %w", err)
+		}
+		var err error
+		if inc, err = e.rdb.Get(ctx, key).Result(); err != nil {
+			return "", fmt.Errorf("read incarnation: %w", err)
+		}
+	}
+	return runID + "/" + inc, nil
 }
 
 // ObserveNodes is Observe for the listed nodes only: a node that never
@@ -318,31 +344,6 @@ func (e *Engine) RolloutRecord(ctx context.Context, id string) (fleetwave.Rollou
 		return fleetwave.Rollout{}, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
 	}
 	return decodeRollout(m), nil
-}
-
-// Rollout returns one rollout and its items in dispatch order; ErrNotFound
-// when there is no such rollout.
-func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
-	m, err := e.rdb.HGetAll(ctx, e.key("r", id)).Result()
-	if err != nil {
-		return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
-	}
-	if len(m) == 0 {
-		return fleetwave.Rollout{}, nil, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
-	}
-	ids, err := e.rdb.LRange(ctx, e.key("r", id)+":items", 0, -1).Result()
-	if err != nil {
-		return fleetwave.Rollout{}, nil, fmt.Errorf("read items of %s: %w", id, err)
-	}
-	maps, err := e.hashes(ctx, "i", ids)
-	if err != nil {
-		return fleetwave.Rollout{}, nil, err
-	}
-	items := make([]fleetwave.Item, 0, len(maps))
-	for _, im := range maps {
-		items = append(items, decodeItem(im))
-	}
-	return decodeRollout(m), items, nil
 }
 
 // ActiveItem returns the active item of block instance node/block, if any.

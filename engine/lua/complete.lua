@@ -57,7 +57,7 @@ local function result(b)
   if class == 'success' and not agrees(it, igen, ARGV[b + RF.instance_version], ARGV[b + RF.instance_state]) then
     -- the attempt stays open: its deadline makes it ambiguous, unless a
     -- full report shows the target in effect first
-    redis.call('HSET', k_i(it.id), 'a_state', 'disagree', 'a_exit', ARGV[b + RF.exit_code],
+    hset_i(it.id, 'a_state', 'disagree', 'a_exit', ARGV[b + RF.exit_code],
       'reason', 'report_mismatch', 'last_class', 'success', 'updated_at', int(NOW))
     redis.call('SADD', P .. 'amb:' .. node, it.id)
     if inst ~= '' then
@@ -84,12 +84,12 @@ local function result(b)
     -- lost from the agent: it was stopped while it ran the attempt; a
     -- converging action is safe to run again, as after a transient failure
     transient(it, BASE, MAXB, tonumber(ARGV[b + RF.jitter]))
-    redis.call('HSET', k_i(it.id), 'output', output)
+    hset_i(it.id, 'output', output)
   else
     finish(it, 'blocked', ARGV[b + RF.reason], 'last_class', 'permanent', 'output', output)
   end
   if class == 'lost' and it.one_shot ~= '1' then
-    redis.call('HSET', k_i(it.id), 'last_class', 'lost')
+    hset_i(it.id, 'last_class', 'lost')
   end
   local lk = it.rollout .. '\n' .. (it.managed_by or '')
   if not lanes[lk] then

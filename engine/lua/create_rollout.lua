@@ -290,7 +290,7 @@ for i = 0, n - 1 do
     elseif queued then
       reason = 'instance_busy'
     end
-    redis.call('HSET', k_i(id), 'id', id, 'rollout', rid, 'pos', int(pos),
+    hset_i(id, 'id', id, 'rollout', rid, 'pos', int(pos),
       'node', node, 'block', block, 'action', ARGV[b + IF.action], 'generation', sgen,
       'target_version', ARGV[b + IF.target_version], 'config_hash', hash,
       'desired_state', ARGV[b + IF.desired_state], 'managed_by', lane,
@@ -330,7 +330,7 @@ for i = 0, n - 1 do
     if skip ~= '' then
       redis.call('HSET', ik, 'skip_reason', skip, 'skip_gen', sgen, 'skip_hash', hash)
     elseif blocked ~= '' then
-      redis.call('HSET', k_i(id), 'message', blocked)
+      hset_i(id, 'message', blocked)
       if op ~= '1' then -- an operational item leaves the record alone
         redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
           'last_gen', sgen, 'last_hash', hash, 'last_at', int(NOW), 'last_ver', int(version_after()))

@@ -230,6 +230,18 @@ local function observed(node)
   redis.call('ZADD', P .. 'obs_changed', version_after(), node)
 end
 
+-- hset_i writes fields of item id and marks it changed at the change
+-- counter this script leaves (zset ichg:<rollout>): Rollout reads again
+-- only the items of a rollout marked since the counter its last read saw.
+-- Every write of an item goes through it.
+local function hset_i(id, ...)
+  redis.call('HSET', k_i(id), ...)
+  local rid = string.match(id, '^(.+)%.%d+$')
+  if rid then
+    redis.call('ZADD', P .. 'ichg:' .. rid, version_after(), id)
+  end
+end
+
 local function bump()
   flush()
   local v = redis.call('INCR', KEYS[3])
@@ -280,15 +292,15 @@ local function set_status(it, new, reason, ...)
     it.status = new
   end
   if not it.more then
-    redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
+    hset_i(it.id, 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
     return
   end
-  local args = { k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ... }
+  local args = { 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ... }
   for _, v in ipairs(it.more) do
     args[#args + 1] = v
   end
   it.more = nil
-  redis.call('HSET', unpack(args))
+  hset_i(it.id, unpack(args))
 end
 
 -- maybe_complete marks an active rollout completed once every item is

@@ -10,7 +10,7 @@ if not id then
 end
 local v = redis.call('HMGET', k_i(id), 'last_attempt', 'a_state')
 if v[1] == aid and v[2] == 'queued' then
-  redis.call('HSET', k_i(id), 'a_state', 'undelivered')
+  hset_i(id, 'a_state', 'undelivered')
   return { 'ok', 1 }
 end
 return { 'ok', 0 }

@@ -54,7 +54,7 @@ end
 -- when it changed, so a quiet call stays cheap).
 local function set_reason(it, reason, at)
   if (it.reason or '') ~= reason or num(it.retry_after) ~= at then
-    redis.call('HSET', k_i(it.id), 'reason', reason, 'retry_after', int(at))
+    hset_i(it.id, 'reason', reason, 'retry_after', int(at))
     it.reason, it.retry_after = reason, int(at)
     WV.touched = WV.touched + 1
   end
@@ -108,7 +108,7 @@ local function dispatch(it, wave, mode)
   if it.q == '1' then
     -- a queued item takes its instance now that it is free
     redis.call('HSET', k_inst(it.node, it.block), 'active', it.id)
-    redis.call('HSET', k_i(it.id), 'q', '0')
+    hset_i(it.id, 'q', '0')
     it.q = '0'
   end
   set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
