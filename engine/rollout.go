@@ -119,7 +119,10 @@ func (e *Engine) CreateRolloutOutcome(ctx context.Context, fence int64, spec fle
 
 // CreateResult is what CreateRolloutResult did.
 type CreateResult struct {
-	ID      string // the event's rollout ("" when the spec took no effect)
+	ID string // the event's rollout ("" when the spec took no effect)
+	// Rollout is the event's rollout whenever it exists: ID, or the
+	// rollout that already holds the event when the spec added nothing.
+	Rollout string
 	Items   []string
 	Created []int // for each of Items, the index of its spec in RolloutSpec.Items
 	Outcome CreateOutcome
@@ -148,6 +151,9 @@ func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec flee
 		}
 		if lo == 0 || out.Outcome == OutcomeNone {
 			out.ID, out.Outcome = r.ID, r.Outcome
+		}
+		if out.Rollout == "" {
+			out.Rollout = r.Rollout
 		}
 		out.Items = append(out.Items, r.Items...)
 		for _, i := range r.Created {
@@ -261,7 +267,11 @@ func (e *Engine) createChunk(ctx context.Context, fence int64, spec fleetwave.Ro
 	default:
 		log.Debug().Msg("rollout has no new item")
 	}
-	return CreateResult{ID: id, Items: items, Created: created, Outcome: outcome}, nil
+	res := CreateResult{ID: id, Rollout: id, Items: items, Created: created, Outcome: outcome}
+	if outcome == OutcomeNone {
+		res.ID = "" // the spec took no effect; its event's rollout exists
+	}
+	return res, nil
 }
 
 // StepResult counts what one Step did, for logging and metrics.

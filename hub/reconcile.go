@@ -315,9 +315,29 @@ func (h *Hub) createPlanned(ctx context.Context, fence int64, spec fleetwave.Rol
 		}
 	}
 	r, ok := h.create(ctx, fence, spec)
-	if ok {
-		h.sent.created(fence, spec, r.Created, r.Items, now)
+	if !ok {
+		return
 	}
+	// recorded from when the engine answered: creating 100,000 items takes
+	// a minute, longer than what prune keeps
+	done := time.Now()
+	h.sent.created(fence, spec, r.Created, r.Items, done)
+	if r.Rollout == "" {
+		return
+	}
+	// what the engine did not create, and no entry says why: an item of
+	// the event may hold the instance (created by an earlier leader, or
+	// before a slow creation's entries were pruned)
+	keys := h.sent.unknown(fence, spec)
+	if len(keys) == 0 {
+		return
+	}
+	active, err := h.eng.ActiveItems(ctx, keys)
+	if err != nil {
+		h.log.Warn().Err(err).Str("rollout", r.Rollout).Msg("read the active items")
+		return
+	}
+	h.sent.adopt(fence, spec, r.Rollout, active, done)
 }
 
 func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (string, engine.CreateOutcome) {

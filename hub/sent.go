@@ -171,6 +171,52 @@ func (s *sentItems) created(fence int64, spec fleetwave.RolloutSpec, created []i
 	}
 }
 
+// unknown returns the instances of spec's items (not of split groups)
+// that have no entry under fence.
+func (s *sentItems) unknown(fence int64, spec fleetwave.RolloutSpec) []fleetwave.InstanceKey {
+	if spec.Once || s.ttl <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fence != fence {
+		return nil
+	}
+	var out []fleetwave.InstanceKey
+	for _, it := range spec.Items {
+		if _, ok := s.items[it.Instance()]; !ok && it.Group == "" {
+			out = append(out, it.Instance())
+		}
+	}
+	return out
+}
+
+// adopt records, for the items of spec without an entry whose instance's
+// active item (active) is an item of rollout (spec's event's), that item
+// as created from spec: the engine created nothing for them because that
+// item covers them, as it does for the items it created moments ago. An
+// item held by another event's item stays without an entry, so it is sent
+// with every plan.
+func (s *sentItems) adopt(fence int64, spec fleetwave.RolloutSpec, rollout string, active map[fleetwave.InstanceKey]string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fence != fence || rollout == "" {
+		return
+	}
+	event := eventOf(spec)
+	for _, it := range spec.Items {
+		k := it.Instance()
+		id := active[k]
+		if _, ok := s.items[k]; ok || it.Group != "" {
+			continue
+		}
+		if of, _, isItem := cutLastNumber(id); !isItem || of != rollout {
+			continue
+		}
+		s.items[k] = sentItem{event: event, digest: digestOf(it), item: id, at: now}
+	}
+}
+
 // prune drops the entries older than twice the ttl (one sent again after
 // ttl is recorded again by created, unless it was dropped meanwhile).
 func (s *sentItems) prune(now time.Time) {

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,6 +153,49 @@ func TestSentItemsPastTTLAreCheckedNotSent(t *testing.T) {
 	}
 	if kept, left := s.stillActive(fence+1, spec, again, active, t1); left != 0 || len(kept.Items) != 3 {
 		t.Fatal("a new leader term left checked items out")
+	}
+}
+
+// TestSentItemsAdoptTheItemsOfTheirEvent: a hub that lost its entries (a
+// new leader, or entries pruned while a long creation ran) sends a plan
+// the engine (a real redis-server) creates nothing for: the items whose
+// instance an item of the plan's event holds are recorded as created, so
+// the next plans leave them out; one held by another event's item is not,
+// so it is sent with every plan.
+func TestSentItemsAdoptTheItemsOfTheirEvent(t *testing.T) {
+	h, _ := engineHub(t)
+	h.metrics = newMetrics(h)
+	ctx := context.Background()
+	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := func(node string) fleetwave.ItemSpec {
+		return fleetwave.ItemSpec{Node: node, Block: "web", Action: fleetwave.ActionUpgrade, Generation: 1, TargetVersion: "1.1",
+			ConfigHash: "h1", Payload: fleetwave.AttemptPayload{Command: "deploy", TimeoutSeconds: 60}}
+	}
+	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler},
+		Items:  []fleetwave.ItemSpec{item("n1"), item("n2"), item("n3")}}
+	other := fleetwave.RolloutSpec{BaseID: "db", MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "db"), Generation: 1, Kind: fleetwave.SourceScheduler},
+		Items:  []fleetwave.ItemSpec{item("n4")}}
+	if _, _, err := h.eng.CreateRollout(ctx, fence, other); err != nil {
+		t.Fatal(err)
+	}
+	h.sent = sentItems{ttl: 30 * time.Second}
+	h.createPlanned(ctx, fence, spec)
+	spec.Items = append(spec.Items, item("n4")) // n4 is held by db's item
+	h.sent = sentItems{ttl: 30 * time.Second}   // the entries are lost
+	h.createPlanned(ctx, fence, spec)
+	kept, left, _ := h.sent.filter(fence, spec, time.Now())
+	if left != 3 || len(kept.Items) != 1 || kept.Items[0].Node != "n4" {
+		t.Fatalf("after the plan was sent again: kept %d (left out %d), want n4 alone", len(kept.Items), left)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if e := h.sent.items[item(n).Instance()]; e.item == "" || !strings.HasPrefix(e.item, "web.") {
+			t.Fatalf("%s recorded as %+v, want web's item", n, e)
+		}
 	}
 }
 

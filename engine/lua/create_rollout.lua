@@ -109,7 +109,9 @@ if existing and (existing.status == 'cancelled' or existing.status == 'supersede
   end
   return { 'ok', '', existing.status }
 end
-local out = { 'ok', '', 'none' }
+-- out[2] names the event's rollout when it exists, even when this spec
+-- creates nothing in it (CreateResult.Rollout)
+local out = { 'ok', existing and rid or '', 'none' }
 local opened = false
 local pos = 0
 if existing then
