@@ -31,6 +31,12 @@ import (
 // Items of split groups are always sent: a group is created whole or not
 // at all.
 //
+// An entry is stamped when the engine answered (creating 100,000 items
+// takes a minute). An item the engine created nothing for and that has no
+// entry (a new leader term starts without any) is adopted when its
+// instance's active item is an item of its event's rollout: that item
+// covers it as one created moments ago would.
+//
 // ttl is the reconcile interval, or four times the last reconcile when
 // that is longer: at 100,000 nodes a reconcile outlasted the interval, and
 // every one sent the 90,000 unfinished items again (45 create scripts,
