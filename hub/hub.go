@@ -67,6 +67,7 @@ type Hub struct {
 	snapshot *fleetwave.Snapshot
 	pushed   *fleetwave.Snapshot // the snapshot pushStep last looked at
 	sent     sentItems           // items created moments ago (its own lock)
+	actorOf  commitAuthor        // the last commit commitActor read (mu)
 	sync     fleetwave.SyncState
 	syncGen  int64 // bumped when sync changes, so status is rewritten
 	// waitsMark fingerprints what status says waits and why outside the
