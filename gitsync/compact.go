@@ -33,8 +33,8 @@ type packFile struct {
 
 // compact merges the mirror's packs into one when there are compactAt or
 // more, git repack's job done without git: every pack but the largest (the
-// clone's, as a rule) and those kept by a .keep file, smallest first, up to
-// compactInput bytes, is read object by object (deltas resolved) and
+// clone's, as a rule), those kept by a .keep file and those geometricCut
+// leaves, smallest first, up to compactInput bytes, is read object by object (deltas resolved) and
 // written again as one pack of whole objects (encodePack) beside the
 // others; the storage reloads its indexes, checks the new pack holds every
 // object, and only then are the merged packs removed. A crash at any point
@@ -51,9 +51,10 @@ func (r *Repo) compact() (int, error) {
 		return 0, err
 	}
 	sort.Slice(packs, func(i, j int) bool { return packs[i].size < packs[j].size })
+	cand := packs[:geometricCut(packs[:len(packs)-1])] // the largest stays
 	var merge []packFile
 	var total int64
-	for _, p := range packs[:len(packs)-1] { // the largest stays
+	for _, p := range cand {
 		if total+p.size > compactInput && len(merge) > 1 {
 			break
 		}
@@ -117,6 +118,30 @@ func (r *Repo) compact() (int, error) {
 		return 0, fmt.Errorf("compact: %w", err)
 	}
 	return len(merge), nil
+}
+
+// geometricCut returns how many of packs (sorted by size, smallest
+// first) to merge: those below the largest packs that are each at least
+// twice the size of all smaller packs together, which stay. So a pack a
+// compaction wrote is merged again only once the packs written beside it
+// add up to half its size, and each object is rewritten a logarithmic
+// number of times (git repack --geometric=2 does the same). Merging every
+// pack but the largest rewrote the mirror's status history at every
+// compaction: at 100,000 nodes, 60% of a status commit's CPU.
+func geometricCut(packs []packFile) int {
+	var below int64
+	for _, p := range packs {
+		below += p.size
+	}
+	k := len(packs)
+	for k > 0 {
+		below -= packs[k-1].size
+		if packs[k-1].size < 2*below {
+			break
+		}
+		k--
+	}
+	return k
 }
 
 // maybeCompact compacts the mirror when it holds compactAt packs or more;

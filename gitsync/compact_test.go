@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -72,4 +73,48 @@ func TestMirrorPacksAreCompacted(t *testing.T) {
 	if n := gittest.Git(t, dir, "rev-list", "--all", "--objects"); strings.Count(n, "\n") < 2*compactAt {
 		t.Fatalf("git lists only %d objects", strings.Count(n, "\n"))
 	}
+}
+
+// TestCompactionRewritesEachObjectFewTimes plays 10,000 operations that
+// each add a pack of one unit, compacting as compact does (the largest pack
+// stays, geometricCut chooses among the others): the mirror never holds
+// compactAt packs after an operation, and the units rewritten in all stay
+// within a small multiple of those written (each one a logarithmic number
+// of times). Merging every pack but the largest, as compaction did before,
+// rewrote the growing second-largest pack at every compaction.
+func TestCompactionRewritesEachObjectFewTimes(t *testing.T) {
+	play := func(cut func([]packFile) int) (rewritten int64, most int) {
+		var packs []packFile
+		for range 10_000 {
+			packs = append(packs, packFile{size: 1})
+			if len(packs) < compactAt {
+				most = max(most, len(packs))
+				continue
+			}
+			sort.Slice(packs, func(i, j int) bool { return packs[i].size < packs[j].size })
+			k := cut(packs[:len(packs)-1])
+			if k >= 2 {
+				merged := packFile{}
+				for _, p := range packs[:k] {
+					merged.size += p.size
+				}
+				rewritten += merged.size
+				packs = append([]packFile{merged}, packs[k:]...)
+			}
+			most = max(most, len(packs))
+		}
+		return rewritten, most
+	}
+	rewritten, most := play(geometricCut)
+	if most >= compactAt {
+		t.Fatalf("%d packs after an operation (compactAt %d)", most, compactAt)
+	}
+	if rewritten > 20*10_000 {
+		t.Fatalf("%d units rewritten for 10,000 written: more than 20 times each", rewritten)
+	}
+	all, _ := play(func(p []packFile) int { return len(p) })
+	if all < 10*rewritten {
+		t.Fatalf("merging all but the largest rewrote %d units, the geometric cut %d: want the cut to save 10x or more", all, rewritten)
+	}
+	t.Logf("units rewritten for 10,000 written: geometric %d, all but the largest %d", rewritten, all)
 }
