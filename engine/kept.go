@@ -80,7 +80,7 @@ func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []f
 				k.pos[k.ids[i]] = i
 			}
 			k.items = append(k.items, make([]fleetwave.Item, len(k.ids)-first)...)
-			read = k.ids[first:]
+			read = slices.Clone(k.ids[first:])
 			for _, it := range changed.Val() {
 				if p, ok := k.pos[it]; ok && p < first {
 					read = append(read, it)

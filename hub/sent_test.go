@@ -90,24 +90,39 @@ func TestSentItemsLeavesOutWhatTheEngineCreatedMomentsAgo(t *testing.T) {
 	}
 }
 
+// leaderEngineHub is engineHub holding the leader lease: its fence.
+func leaderEngineHub(t *testing.T) (*Hub, int64) {
+	t.Helper()
+	h, _ := engineHub(t)
+	fence, err := h.eng.Campaign(context.Background(), "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, fence
+}
+
+// sentTestItem is an upgrade of block web on node.
+func sentTestItem(node string) fleetwave.ItemSpec {
+	return fleetwave.ItemSpec{Node: node, Block: "web", Action: fleetwave.ActionUpgrade, Generation: 1, TargetVersion: "1.1",
+		ConfigHash: "h1", Payload: fleetwave.AttemptPayload{Command: "deploy", TimeoutSeconds: 60}}
+}
+
+// sentTestSpec is the plan of BRC brc's first generation.
+func sentTestSpec(brc string, items ...fleetwave.ItemSpec) fleetwave.RolloutSpec {
+	return fleetwave.RolloutSpec{BaseID: brc, MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, brc), Generation: 1, Kind: fleetwave.SourceScheduler},
+		Items:  items}
+}
+
 // TestSentItemsPastTTLAreCheckedNotSent: past ttl, an item the engine
 // created is not sent again while its instance's active item (a real
 // redis-server's) is still the one created for it; once that item ended,
 // it is sent again. Checked items are left out for another ttl.
 func TestSentItemsPastTTLAreCheckedNotSent(t *testing.T) {
-	h, _ := engineHub(t)
+	h, fence := leaderEngineHub(t)
 	ctx := context.Background()
-	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	item := func(node string) fleetwave.ItemSpec {
-		return fleetwave.ItemSpec{Node: node, Block: "web", Action: fleetwave.ActionUpgrade, Generation: 1, TargetVersion: "1.1",
-			ConfigHash: "h1", Payload: fleetwave.AttemptPayload{Command: "deploy", TimeoutSeconds: 60}}
-	}
-	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 1,
-		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler},
-		Items:  []fleetwave.ItemSpec{item("n1"), item("n2"), item("n3")}}
+	item := sentTestItem
+	spec := sentTestSpec("web", item("n1"), item("n2"), item("n3"))
 	s := sentItems{ttl: 30 * time.Second}
 	t0 := time.Now()
 	r, err := h.eng.CreateRolloutResult(ctx, fence, spec)
@@ -163,23 +178,12 @@ func TestSentItemsPastTTLAreCheckedNotSent(t *testing.T) {
 // the next plans leave them out; one held by another event's item is not,
 // so it is sent with every plan.
 func TestSentItemsAdoptTheItemsOfTheirEvent(t *testing.T) {
-	h, _ := engineHub(t)
+	h, fence := leaderEngineHub(t)
 	h.metrics = newMetrics(h)
 	ctx := context.Background()
-	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	item := func(node string) fleetwave.ItemSpec {
-		return fleetwave.ItemSpec{Node: node, Block: "web", Action: fleetwave.ActionUpgrade, Generation: 1, TargetVersion: "1.1",
-			ConfigHash: "h1", Payload: fleetwave.AttemptPayload{Command: "deploy", TimeoutSeconds: 60}}
-	}
-	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 1,
-		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler},
-		Items:  []fleetwave.ItemSpec{item("n1"), item("n2"), item("n3")}}
-	other := fleetwave.RolloutSpec{BaseID: "db", MaxConcurrent: 1,
-		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "db"), Generation: 1, Kind: fleetwave.SourceScheduler},
-		Items:  []fleetwave.ItemSpec{item("n4")}}
+	item := sentTestItem
+	spec := sentTestSpec("web", item("n1"), item("n2"), item("n3"))
+	other := sentTestSpec("db", item("n4"))
 	if _, _, err := h.eng.CreateRollout(ctx, fence, other); err != nil {
 		t.Fatal(err)
 	}
