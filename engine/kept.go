@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -31,18 +30,15 @@ func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []f
 	defer k.mu.Unlock()
 	runID := e.serverRunID(ctx)
 	now := e.clock.Now()
-	incremental := k.at.ver > 0 && now.Sub(k.at.full) < fullObserveEvery
+	incremental := k.at.fresh(now)
 	for {
 		list := e.key("r", id) + ":items"
 		pipe := e.rdb.Pipeline()
-		ver := pipe.Get(ctx, e.key("version"))
-		inc := pipe.Get(ctx, e.key("incarnation"))
+		marks := e.queueMarks(ctx, pipe, e.key("ichg", id), k.at, incremental)
 		rec := pipe.HGetAll(ctx, e.key("r", id))
-		var ids, changed *redis.StringSliceCmd
+		var ids *redis.StringSliceCmd
 		if incremental {
 			ids = pipe.LRange(ctx, list, int64(len(k.ids)), -1)
-			changed = pipe.ZRangeByScore(ctx, e.key("ichg", id),
-				&redis.ZRangeBy{Min: "(" + strconv.FormatInt(k.at.ver, 10), Max: "+inf"})
 		} else {
 			ids = pipe.LRange(ctx, list, 0, -1)
 		}
@@ -50,24 +46,17 @@ func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []f
 			e.kept.drop(id, k)
 			return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
 		}
-		version, err := ver.Int64()
-		if err != nil && !errors.Is(err, redis.Nil) {
+		version, server, trusted, err := e.checkMarks(ctx, marks, runID, k.at)
+		if err != nil {
 			e.kept.drop(id, k)
-			return fleetwave.Rollout{}, nil, fmt.Errorf("read change counter: %w", err)
+			return fleetwave.Rollout{}, nil, err
 		}
 		m := rec.Val()
 		if len(m) == 0 {
 			e.kept.drop(id, k)
 			return fleetwave.Rollout{}, nil, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
 		}
-		server, err := e.server(ctx, runID, inc.Val())
-		if err != nil {
-			e.kept.drop(id, k)
-			return fleetwave.Rollout{}, nil, err
-		}
-		if incremental && (version < k.at.ver || server != k.at.server) {
-			e.log.Warn().Str("rollout", id).Int64("version", version).Int64("last_version", k.at.ver).
-				Msg("redis lost writes (a restart, a failover or a flush): reading the rollout's items again")
+		if !trusted {
 			incremental = false
 			continue
 		}
@@ -81,7 +70,7 @@ func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []f
 			}
 			k.items = append(k.items, make([]fleetwave.Item, len(k.ids)-first)...)
 			read = slices.Clone(k.ids[first:])
-			for _, it := range changed.Val() {
+			for _, it := range marks.marked.Val() {
 				if p, ok := k.pos[it]; ok && p < first {
 					read = append(read, it)
 				}

@@ -49,32 +49,22 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 	runID := e.serverRunID(ctx)
 	now := e.clock.Now()
 	at := e.obsAt
-	incremental := at.ver > 0 && now.Sub(at.full) < fullObserveEvery
+	incremental := at.fresh(now)
 	for {
 		pipe := e.rdb.Pipeline()
-		ver := pipe.Get(ctx, e.key("version"))
-		inc := pipe.Get(ctx, e.key("incarnation"))
-		var members *redis.StringSliceCmd
-		if incremental {
-			members = pipe.ZRangeByScore(ctx, e.key("obs_changed"),
-				&redis.ZRangeBy{Min: "(" + strconv.FormatInt(at.ver, 10), Max: "+inf"})
-		} else {
+		marks := e.queueMarks(ctx, pipe, e.key("obs_changed"), at, incremental)
+		members := marks.marked
+		if !incremental {
 			members = pipe.SMembers(ctx, e.key("obs_nodes"))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, 0, fmt.Errorf("read observed nodes: %w", err)
 		}
-		version, err := ver.Int64()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, 0, fmt.Errorf("read change counter: %w", err)
-		}
-		server, err := e.server(ctx, runID, inc.Val())
+		version, server, trusted, err := e.checkMarks(ctx, marks, runID, at)
 		if err != nil {
 			return nil, 0, err
 		}
-		if incremental && (version < at.ver || server != at.server) {
-			e.log.Warn().Int64("version", version).Int64("last_version", at.ver).
-				Msg("redis lost writes (a restart, a failover or a flush): reading every observation again")
+		if !trusted {
 			incremental = false
 			continue
 		}
@@ -106,6 +96,52 @@ type obsMark struct {
 	ver    int64     // the change counter they are current to (0: none kept)
 	server string    // the server's identity then (Engine.server)
 	full   time.Time // the last read of every node
+}
+
+// fresh says whether the data kept at this mark may be read incrementally
+// at now (else it is read whole).
+func (at obsMark) fresh(now time.Time) bool {
+	return at.ver > 0 && now.Sub(at.full) < fullObserveEvery
+}
+
+// markCmds are the reads a read of kept data (Observe, Rollout) starts
+// with, queued on its first pipeline: the change counter, the keys'
+// incarnation and, when incremental, the members of the zset marked above
+// the mark's counter.
+type markCmds struct {
+	ver, inc *redis.StringCmd
+	marked   *redis.StringSliceCmd // nil unless incremental
+}
+
+// queueMarks queues markCmds on pipe, the members of zset marked since at
+// when incremental.
+func (e *Engine) queueMarks(ctx context.Context, pipe redis.Pipeliner, zset string, at obsMark, incremental bool) markCmds {
+	c := markCmds{ver: pipe.Get(ctx, e.key("version")), inc: pipe.Get(ctx, e.key("incarnation"))}
+	if incremental {
+		c.marked = pipe.ZRangeByScore(ctx, zset, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(at.ver, 10), Max: "+inf"})
+	}
+	return c
+}
+
+// checkMarks returns the change counter and the server identity c read,
+// and whether an incremental read (c.marked) may trust mark at: not when
+// the counter went back or the server is another (Redis lost writes); the
+// caller then reads everything again.
+func (e *Engine) checkMarks(ctx context.Context, c markCmds, runID string, at obsMark) (int64, string, bool, error) {
+	version, err := c.ver.Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, "", false, fmt.Errorf("read change counter: %w", err)
+	}
+	server, err := e.server(ctx, runID, c.inc.Val())
+	if err != nil {
+		return 0, "", false, err
+	}
+	if c.marked != nil && (version < at.ver || server != at.server) {
+		e.log.Warn().Int64("version", version).Int64("last_version", at.ver).
+			Msg("redis lost writes (a restart, a failover or a flush): reading the kept data again")
+		return version, server, false, nil
+	}
+	return version, server, true, nil
 }
 
 // server names what a mark is valid in: the server's run_id ("" when it

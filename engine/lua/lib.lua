@@ -236,7 +236,7 @@ end
 -- Every write of an item goes through it.
 local function hset_i(id, ...)
   redis.call('HSET', k_i(id), ...)
-  local rid = string.match(id, '^(.+)%.%d+$')
+  local rid = item_of(id) -- "<rollout>.<position>" splits as an attempt id does
   if rid then
     redis.call('ZADD', P .. 'ichg:' .. rid, version_after(), id)
   end
