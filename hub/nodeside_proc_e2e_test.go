@@ -243,15 +243,25 @@ actions: {
 		r, _, err := f.hub.Engine().Rollout(ctx, "job-g1")
 		return err == nil && r.Status == fleetwave.RolloutCompleted
 	})
-	obs, _, err := f.hub.Engine().Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes {
-		if got := obs[n].DataAddresses["shuffle"]; got != n+".internal:7077" {
-			t.Fatalf("%s's shuffle address as reported: %q, want the one of its file", n, got)
+	// the rollout may complete before every agent registered: wait for
+	// each node's report, then check the address it carries
+	upgWait(t, procs, "every node reported", func() bool {
+		obs, _, err := f.hub.Engine().Observe(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for _, n := range nodes {
+			if obs[n] == nil {
+				return false
+			}
+		}
+		for _, n := range nodes {
+			if got := obs[n].DataAddresses["shuffle"]; got != n+".internal:7077" {
+				t.Fatalf("%s's shuffle address as reported: %q, want the one of its file", n, got)
+			}
+		}
+		return true
+	})
 
 	shuffles := func() []string {
 		var out []string
