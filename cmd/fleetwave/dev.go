@@ -21,12 +21,12 @@ import (
 	"github.com/fleetwave/fleetwave/internal/fleetsim"
 )
 
-// addDevSim adds simulate, scale and tokens to the root's dev command
+// addDevSim adds simulate, scale, tokens and probe to the root's dev command
 // (devCmd, beside gen-fleet).
 func addDevSim(root *cobra.Command, stdout io.Writer) {
 	for _, c := range root.Commands() {
 		if c.Name() == "dev" {
-			c.AddCommand(devSimulateCmd(stdout), devScaleCmd(stdout), devTokensCmd(stdout))
+			c.AddCommand(devSimulateCmd(stdout), devScaleCmd(stdout), devTokensCmd(stdout), devProbeCmd(stdout))
 		}
 	}
 }
@@ -225,6 +225,26 @@ func readTokens(path string) ([]fleetsim.Node, error) {
 		return nil, fmt.Errorf("%s: no tokens", path)
 	}
 	return out, nil
+}
+
+func devProbeCmd(stdout io.Writer) *cobra.Command {
+	var hubURL, rollout string
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "probe --hub URL --rollout ID [--interval 200ms]",
+		Short: "Read a hub's summary and one rollout's page in turn until interrupted, printing each read's latency as a JSON line (the scale report's API latency)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hubURL == "" || rollout == "" {
+				return usageError{"probe needs --hub and --rollout", "fleetwave dev probe --hub http://127.0.0.1:8080 --rollout web-g1"}
+			}
+			return fleetsim.Probe(cmd.Context(), strings.TrimRight(hubURL, "/"), rollout, interval, stdout)
+		},
+	}
+	cmd.Flags().StringVar(&hubURL, "hub", "", "the hub's URL")
+	cmd.Flags().StringVar(&rollout, "rollout", "", "the rollout whose page is read")
+	cmd.Flags().DurationVar(&interval, "interval", 200*time.Millisecond, "pause between two rounds of reads")
+	return cmd
 }
 
 const (

@@ -232,6 +232,26 @@ func (h histogram) Mean() time.Duration {
 	return seconds(h.Sum / h.Count)
 }
 
+// minus is the observations of h that before (an earlier scrape) does not
+// hold.
+func (h histogram) minus(before histogram) histogram {
+	d := histogram{Sum: h.Sum - before.Sum, Count: h.Count - before.Count, Buckets: map[float64]float64{}}
+	for b, n := range h.Buckets {
+		d.Buckets[b] = n - before.Buckets[b]
+	}
+	return d
+}
+
+// within is the share of the observations at most bound (a bucket's
+// upper bound), NaN without observations or without that bucket.
+func (h histogram) within(bound float64) float64 {
+	n, ok := h.Buckets[bound]
+	if !ok || h.Count == 0 {
+		return math.NaN()
+	}
+	return n / h.Count
+}
+
 // Max is the upper bound of the bucket holding the largest observation.
 func (h histogram) Max() time.Duration {
 	bounds := make([]float64, 0, len(h.Buckets))
@@ -252,7 +272,9 @@ func (h histogram) Max() time.Duration {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// scrapeHistograms reads the named unlabelled histograms of /metrics.
+// scrapeHistograms reads the hub's /metrics and returns the named
+// histograms. A name is a metric's, or a metric's with its labels but le
+// as the exposition writes them (fleetwave_http_request_duration_seconds{route="GET /api/v1/summary"}).
 func scrapeHistograms(url string, names ...string) (map[string]histogram, error) {
 	resp, err := http.Get(url + "/metrics")
 	if err != nil {
@@ -262,10 +284,8 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	want := map[string]bool{}
 	out := map[string]histogram{}
 	for _, n := range names {
-		want[n] = true
 		out[n] = histogram{Buckets: map[float64]float64{}}
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -275,37 +295,76 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		key, val, ok := strings.Cut(line, " ")
-		if !ok {
+		// the value follows the last space (label values hold spaces)
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
 			continue
 		}
-		name, labels, _ := strings.Cut(key, "{")
-		switch {
-		case strings.HasSuffix(name, "_bucket") && want[strings.TrimSuffix(name, "_bucket")]:
-			n := strings.TrimSuffix(name, "_bucket")
-			_, le, _ := strings.Cut(labels, `le="`)
-			le, _, _ = strings.Cut(le, `"`)
-			bound, err := strconv.ParseFloat(le, 64)
-			if err == nil {
-				out[n].Buckets[bound] = v
+		name, labels, _ := strings.Cut(line[:i], "{")
+		labels = strings.TrimSuffix(labels, "}")
+		var le string
+		var rest []string
+		for _, l := range splitLabels(labels) {
+			if v, ok := strings.CutPrefix(l, `le="`); ok {
+				le = strings.TrimSuffix(v, `"`)
+			} else {
+				rest = append(rest, l)
 			}
-		case strings.HasSuffix(name, "_sum") && want[strings.TrimSuffix(name, "_sum")]:
-			n := strings.TrimSuffix(name, "_sum")
-			h := out[n]
-			h.Sum = v
-			out[n] = h
-		case strings.HasSuffix(name, "_count") && want[strings.TrimSuffix(name, "_count")]:
-			n := strings.TrimSuffix(name, "_count")
-			h := out[n]
-			h.Count = v
-			out[n] = h
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			base, ok := strings.CutSuffix(name, suffix)
+			if !ok {
+				continue
+			}
+			key := base
+			if len(rest) > 0 {
+				key += "{" + strings.Join(rest, ",") + "}"
+			}
+			h, want := out[key]
+			if !want {
+				break
+			}
+			switch suffix {
+			case "_bucket":
+				if bound, err := strconv.ParseFloat(le, 64); err == nil {
+					h.Buckets[bound] = v
+				}
+			case "_sum":
+				h.Sum = v
+			case "_count":
+				h.Count = v
+			}
+			out[key] = h
+			break
 		}
 	}
 	return out, sc.Err()
+}
+
+// splitLabels splits the labels of an exposition line (a="x",b="y") at
+// the commas outside their quoted values.
+func splitLabels(s string) []string {
+	var out []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && quoted:
+			i++
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == ',' && !quoted:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
 }
 
 // redisMemory reads used_memory and used_memory_peak of the hub's managed

@@ -18,6 +18,7 @@ const (
 	unitBytes
 	unitRatio
 	unitCount
+	unitShare // a fraction, printed as a percentage
 )
 
 // Row is one measured quantity across the runs of a report.
@@ -61,6 +62,8 @@ func (r Row) format(v float64) string {
 		return fmtBytes(v)
 	case unitRatio:
 		return fmt.Sprintf("%.2fx", v)
+	case unitShare:
+		return fmt.Sprintf("%.1f%%", 100*v)
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}
@@ -166,11 +169,21 @@ func Rows(results []Result) []Row {
 		{Name: "Redis used_memory_peak", Values: col(func(r Result) float64 { return float64(r.RedisPeak) }), Unit: unitBytes},
 		{Name: "GET /api/v1/summary p50 (during the rollout)", Values: dur(func(r Result) time.Duration { return r.Summary.P50 }), Unit: unitDuration},
 		{Name: "GET /api/v1/summary p99", Values: dur(func(r Result) time.Duration { return r.Summary.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
+		{Name: "  answered by the hub within 100 ms (its own histogram)", Values: col(func(r Result) float64 { return share(r.Summary.HubWithin100ms) }), Unit: unitShare},
 		{Name: "GET /api/v1/rollouts/{id} p50 (first page: 500 items, as the console reads it)", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P50 }), Unit: unitDuration},
 		{Name: "GET /api/v1/rollouts/{id} p99", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
+		{Name: "  answered by the hub within 100 ms (its own histogram)", Values: col(func(r Result) float64 { return share(r.RolloutPage.HubWithin100ms) }), Unit: unitShare},
 		{Name: "items completed", Values: col(func(r Result) float64 { return float64(r.Completed) }), Unit: unitCount},
 		{Name: "items run and reported exactly once", Values: col(func(r Result) float64 { return float64(r.DoneOnce) }), Unit: unitCount},
 	}
+}
+
+// share is a measured share, NaN when not measured.
+func share(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 func median(d []time.Duration) time.Duration {

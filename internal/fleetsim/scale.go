@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -65,6 +66,17 @@ type Latency struct {
 	N        int
 	P50, P99 time.Duration
 	Errors   int
+	// HubWithin100ms is the share of the route's requests (the probe's and
+	// any other's) the hub answered within 100 ms while the rollout ran,
+	// as its own histogram measured them: the hub's part of the latency,
+	// without the client's and the network's. Nil when not measured.
+	HubWithin100ms *float64 `json:",omitempty"`
+}
+
+// apiRoutes are the hub's histograms of the routes the probe reads.
+var apiRoutes = []string{
+	`fleetwave_http_request_duration_seconds{route="GET /api/v1/summary"}`,
+	`fleetwave_http_request_duration_seconds{route="GET /api/v1/rollouts/{id}"}`,
 }
 
 func latencyOf(d []time.Duration, errs int) Latency {
@@ -342,7 +354,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 
 	// the fleet-wide rollout and the first probe, in one push
 	cpu0, _ := readProc(hub.pid())
-	var probeMu sync.Mutex // guards res.PushDispatch, PushStages, GitPush and the API samples
+	var probeMu sync.Mutex // guards res.PushDispatch, PushStages and GitPush
 	push := func(version, msg string, withMain bool) (time.Time, error) {
 		files := map[string]string{"brc/" + probeBRC + ".cue": brcProbe(version)}
 		if withMain {
@@ -384,39 +396,17 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.PushDispatch = append(res.PushDispatch, firstMain.Sub(pushed))
 	say("rollout %s: first dispatch %v after the push", mainID, firstMain.Sub(pushed).Round(time.Millisecond))
 
-	// API latency while the rollout runs
-	var sumLat, pageLat []time.Duration
-	var sumErr, pageErr int
-	var lastState fleetwave.RolloutStatus
-	probeCtx, stopProbe := context.WithCancel(ctx)
-	probeDone := make(chan struct{})
-	go func() {
-		defer close(probeDone)
-		c := &http.Client{Timeout: 30 * time.Second}
-		for probeCtx.Err() == nil {
-			d, err := timedGet(probeCtx, c, hub.url+"/api/v1/summary", nil)
-			probeMu.Lock()
-			if err != nil {
-				sumErr++
-			} else {
-				sumLat = append(sumLat, d)
-			}
-			probeMu.Unlock()
-			var page struct {
-				Rollout fleetwave.Rollout `json:"rollout"`
-			}
-			d, err = timedGet(probeCtx, c, hub.url+"/api/v1/rollouts/"+mainID, &page)
-			probeMu.Lock()
-			if err != nil {
-				pageErr++
-			} else {
-				pageLat = append(pageLat, d)
-				lastState = page.Rollout.Status
-			}
-			probeMu.Unlock()
-			_ = sleep(probeCtx, 200*time.Millisecond)
-		}
-	}()
+	// API latency while the rollout runs, read by a process of its own
+	routes0, err := scrapeHistograms(hub.url, apiRoutes...)
+	if err != nil {
+		return res, err
+	}
+	probe, err := startProbe(ctx, sc.Bin, hub.url, mainID)
+	if err != nil {
+		return res, err
+	}
+	stopProbe := sync.OnceValue(probe.stop)
+	defer stopProbe()
 
 	// probe pushes while the rollout runs: each bumps the probe BRC
 	ideal := time.Duration((sc.Nodes+sc.MaxConcurrent-1)/sc.MaxConcurrent) * sc.Duration
@@ -451,9 +441,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 
 	finished := func() bool {
 		_, _, done, failed, _ := tr.main()
-		probeMu.Lock()
-		st := lastState
-		probeMu.Unlock()
+		st := probe.samples.state()
 		return done+failed >= sc.Nodes || st == fleetwave.RolloutCompleted || st == fleetwave.RolloutBlocked || st == fleetwave.RolloutCancelled
 	}
 	waitErr := waitFor(ctx, sc.Timeout, finished)
@@ -463,19 +451,25 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.RolloutWall = last.Sub(pushed)
 	res.HubCPU = cpu1.CPU - cpu0.CPU
 	if waitErr != nil {
-		stopProbe()
-		<-probeDone
 		return res, fmt.Errorf("rollout %s: %d of %d items done: %w", mainID, done, sc.Nodes, waitErr)
 	}
 	say("rollout %s: %d items done, makespan %v (ideal %v)", mainID, done, res.Makespan.Round(time.Millisecond), ideal)
 	if err := <-probesDone; err != nil {
-		stopProbe()
-		<-probeDone
 		return res, err
 	}
-	stopProbe()
-	<-probeDone
-	res.Summary, res.RolloutPage = latencyOf(sumLat, sumErr), latencyOf(pageLat, pageErr)
+	if err := stopProbe(); err != nil {
+		return res, err
+	}
+	res.Summary, res.RolloutPage = probe.samples.latencies()
+	routes, err := scrapeHistograms(hub.url, apiRoutes...)
+	if err != nil {
+		return res, err
+	}
+	for i, l := range []*Latency{&res.Summary, &res.RolloutPage} {
+		if share := routes[apiRoutes[i]].minus(routes0[apiRoutes[i]]).within(0.1); !math.IsNaN(share) {
+			l.HubWithin100ms = &share
+		}
+	}
 
 	// a status commit after the rollout
 	names := []string{"fleetwave_sync_seconds", "fleetwave_reconcile_seconds", "fleetwave_status_commit_seconds"}

@@ -1,0 +1,125 @@
+package fleetsim
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleetwave/fleetwave"
+)
+
+// TestProbeWritesEveryReadAsALine runs Probe against a real HTTP server
+// whose summary fails every other time: each read is one JSON line, a
+// failed read is counted as an error (not as a latency), and the
+// rollout's status is the one its page said last.
+func TestProbeWritesEveryReadAsALine(t *testing.T) {
+	var sums, pages atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/summary":
+			if sums.Add(1)%2 == 0 {
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte(`{}`))
+		case "/api/v1/rollouts/web g1":
+			status := "running"
+			if pages.Add(1) >= 4 {
+				status = "completed"
+			}
+			_, _ = w.Write([]byte(`{"rollout":{"status":"` + status + `"}}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+
+	var out bytes.Buffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Probe(ctx, srv.URL, "web g1", 5*time.Millisecond, &out) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for pages.Load() < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("probe read the page %d times in 30s", pages.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("probe ended with %v, want nil once cancelled", err)
+	}
+
+	var ps probeSamples
+	ps.read(strings.NewReader(out.String() + "not json\n"))
+	sum, page := ps.latencies()
+	lines := strings.Count(out.String(), "\n")
+	if ps.lines != lines+1 || ps.malformed != 1 {
+		t.Fatalf("%d lines read, %d malformed; want %d and 1", ps.lines, ps.malformed, lines+1)
+	}
+	if sum.N+sum.Errors+page.N+page.Errors != lines {
+		t.Fatalf("summary %+v and page %+v do not add up to the %d lines", sum, page, lines)
+	}
+	if sum.Errors == 0 || sum.N == 0 || sum.Errors > sum.N+1 {
+		t.Fatalf("summary %+v: want about as many errors as answers", sum)
+	}
+	if page.Errors != 0 || page.N < 6 || page.P50 <= 0 {
+		t.Fatalf("page %+v: want at least 6 answered reads with a latency", page)
+	}
+	if st := ps.state(); st != fleetwave.RolloutCompleted {
+		t.Fatalf("last status %q, want completed", st)
+	}
+}
+
+// TestScrapeHistogramsByRoute serves a real Prometheus registry: a
+// histogram is picked by its labels (a route holding spaces and braces),
+// the difference of two scrapes holds only what came between, and within
+// is the share at most a bucket's bound.
+func TestScrapeHistogramsByRoute(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_http_request_duration_seconds",
+		Buckets: []float64{0.025, 0.1, 0.5}}, []string{"route"})
+	plain := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_sync_seconds", Buckets: []float64{1, 2}})
+	reg.MustRegister(vec, plain)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	page := vec.WithLabelValues("GET /api/v1/rollouts/{id}")
+	page.Observe(0.3) // before the first scrape: not counted
+	vec.WithLabelValues("GET /api/v1/summary").Observe(0.9)
+	plain.Observe(1.5)
+
+	names := append([]string{"fleetwave_sync_seconds"}, apiRoutes...)
+	h0, err := scrapeHistograms(srv.URL, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []float64{0.01, 0.05, 0.08, 0.2} {
+		page.Observe(d)
+	}
+	h1, err := scrapeHistograms(srv.URL, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h1["fleetwave_sync_seconds"]; got.Count != 1 || got.Sum != 1.5 || got.Buckets[2] != 1 || got.Buckets[1] != 0 {
+		t.Fatalf("plain histogram %+v", got)
+	}
+	if got := h1[apiRoutes[0]]; got.Count != 1 || got.within(0.1) != 0 {
+		t.Fatalf("summary's histogram %+v (within 100 ms %v)", got, got.within(0.1))
+	}
+	d := h1[apiRoutes[1]].minus(h0[apiRoutes[1]])
+	if d.Count != 4 || d.within(0.1) != 0.75 || d.within(0.025) != 0.25 {
+		t.Fatalf("page's histogram between the scrapes %+v: within 100 ms %v, want 4 observations, 0.75", d, d.within(0.1))
+	}
+	if v := d.within(0.2); !math.IsNaN(v) {
+		t.Fatalf("within a bound without a bucket: %v, want NaN", v)
+	}
+}
