@@ -180,15 +180,7 @@ func (h *Hub) Report(ctx context.Context, r fleetwave.Report) error {
 		return err
 	}
 	sum, now := sha256.Sum256(form), h.clock.Now()
-	h.mu.Lock()
-	if h.reportTaken == nil {
-		h.reportTaken = map[string]takenReport{}
-	}
-	prev, known := h.reportTaken[r.Node]
-	h.reportTaken[r.Node] = takenReport{at: now, sum: sum}
-	delete(h.awaitingReport, r.Node)
-	asked, wasAsked := h.askedReport[r.Node]
-	h.mu.Unlock()
+	prev, known, asked, wasAsked := h.asks.took(r.Node, sum, now)
 	// a reconcile is asked for unless the report is the same as the last
 	// this hub took from the node, that one recent (the node was not
 	// stale), and the hub did not ask for it (Redis had lost the node's)
@@ -432,38 +424,4 @@ const reportAskEvery = time.Minute
 // busy. In memory: every poll asks, and only the leader, whose Step makes
 // items ambiguous, knows the first reason (a node that polls a follower
 // settles its items with its next periodic report).
-func (h *Hub) WantsReport(node string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.awaitingReport[node] {
-		return h.askReport(node)
-	}
-	if h.observed == nil || h.observed[node] {
-		return false // no reconcile yet (agents report at start), or reported
-	}
-	if tr, ok := h.reportTaken[node]; ok && tr.at.After(h.observedAt) {
-		// this hub took its report after the last reconcile read the
-		// observations: not lost, only newer than that reconcile (at
-		// 100,000 nodes, agents that registered while a reconcile ran
-		// were each asked for a second full report)
-		return false
-	}
-	if h.snapshot == nil || h.snapshot.Nodes[node] == nil {
-		return false
-	}
-	return h.askReport(node)
-}
-
-// askReport says whether to ask node for a report now, once per
-// reportAskEvery; h.mu held.
-func (h *Hub) askReport(node string) bool {
-	now := time.Now()
-	if at, ok := h.askedReport[node]; ok && now.Sub(at) < reportAskEvery {
-		return false
-	}
-	if h.askedReport == nil {
-		h.askedReport = map[string]time.Time{}
-	}
-	h.askedReport[node] = now
-	return true
-}
+func (h *Hub) WantsReport(node string) bool { return h.asks.wants(node, time.Now()) }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 
@@ -546,9 +545,6 @@ func (h *Hub) gate(snap *fleetwave.Snapshot, specs []fleetwave.RolloutSpec, appr
 		return specs, nil
 	}
 	all := h.cfg.Approval.Scope == ApprovalScopeAll
-	h.mu.Lock()
-	history := h.history
-	h.mu.Unlock()
 	waits := map[string]approvalWait{}
 	out := make([]fleetwave.RolloutSpec, 0, len(specs))
 	for _, spec := range specs {
@@ -560,7 +556,7 @@ func (h *Hub) gate(snap *fleetwave.Snapshot, specs []fleetwave.RolloutSpec, appr
 				kept = append(kept, it)
 			}
 		}
-		if len(gated) > 0 && !all && rollbackExempt(gated, history) {
+		if len(gated) > 0 && !all && rollbackExempt(gated, h.history.reported) {
 			out = append(out, spec)
 			continue
 		}
@@ -604,9 +600,9 @@ func (h *Hub) gate(snap *fleetwave.Snapshot, specs []fleetwave.RolloutSpec, appr
 
 // rollbackExempt reports whether every gated item moves its node to a
 // version the node reported before for that block.
-func rollbackExempt(items []fleetwave.ItemSpec, history map[string]map[string][]string) bool {
+func rollbackExempt(items []fleetwave.ItemSpec, reported func(node, block, version string) bool) bool {
 	for _, it := range items {
-		if it.TargetVersion == "" || !slices.Contains(history[it.Node][it.Block], it.TargetVersion) {
+		if it.TargetVersion == "" || !reported(it.Node, it.Block, it.TargetVersion) {
 			return false
 		}
 	}
@@ -619,9 +615,6 @@ func (h *Hub) gatedRequest(spec fleetwave.RolloutSpec) bool {
 	if !h.cfg.Approval.Required {
 		return false
 	}
-	h.mu.Lock()
-	history := h.history
-	h.mu.Unlock()
 	var gated []fleetwave.ItemSpec
 	for _, it := range spec.Items {
 		if it.SkipReason != "" || it.BlockReason != "" {
@@ -634,41 +627,7 @@ func (h *Hub) gatedRequest(spec fleetwave.RolloutSpec) bool {
 	if len(gated) == 0 {
 		return false
 	}
-	return h.cfg.Approval.Scope == ApprovalScopeAll || !rollbackExempt(gated, history)
-}
-
-// historyMaxVersions bounds the versions remembered per node and block.
-const historyMaxVersions = 64
-
-// observeHistory adds the versions obs shows to the observation history
-// (node -> block -> versions ever reported, oldest first), kept in
-// status/nodes and read back at leadership: what a rollback may return
-// to without an approval. It never forgets a version but the oldest
-// beyond historyMaxVersions.
-func (h *Hub) observeHistory(obs fleetwave.Observations) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.history == nil {
-		h.history = map[string]map[string][]string{}
-	}
-	for node, r := range obs {
-		for _, in := range r.Instances {
-			if in.Version == "" || in.State == fleetwave.StateAbsent {
-				continue
-			}
-			m := h.history[node]
-			if m == nil {
-				m = map[string][]string{}
-				h.history[node] = m
-			}
-			if !slices.Contains(m[in.Block], in.Version) {
-				m[in.Block] = append(m[in.Block], in.Version)
-				if len(m[in.Block]) > historyMaxVersions {
-					m[in.Block] = m[in.Block][len(m[in.Block])-historyMaxVersions:]
-				}
-			}
-		}
-	}
+	return h.cfg.Approval.Scope == ApprovalScopeAll || !rollbackExempt(gated, h.history.reported)
 }
 
 // loadGitApprovals reads, at leadership, the approval records and the
@@ -712,27 +671,11 @@ func (h *Hub) loadGitApprovals(files map[string][]byte) {
 	}
 	h.mu.Lock()
 	h.gitApprovals = approvals
-	if h.history == nil {
-		h.history = map[string]map[string][]string{}
-	}
-	for node, m := range history {
-		for block, versions := range m {
-			cur := h.history[node]
-			if cur == nil {
-				cur = map[string][]string{}
-				h.history[node] = cur
-			}
-			for _, v := range versions {
-				if !slices.Contains(cur[block], v) {
-					cur[block] = append(cur[block], v)
-				}
-			}
-		}
-	}
 	if h.approvalCursor == "" {
 		h.approvalCursor = cursor
 	}
 	h.mu.Unlock()
+	h.history.merge(history)
 }
 
 // restoreApprovals submits to the engine every approval record Git holds

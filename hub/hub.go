@@ -108,12 +108,11 @@ type Hub struct {
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/
-	// changes were processed; the records and the observation history read
-	// from Git at leadership; the approved requests waiting (why); the BRCs
-	// whose config items wait for an approval.
+	// changes were processed; the records read from Git at leadership;
+	// the approved requests waiting (why); the BRCs whose config items
+	// wait for an approval.
 	approvalCursor string
 	gitApprovals   map[string]fleetwave.Approval
-	history        map[string]map[string][]string
 	approvalWaits  map[string]string
 	gated          map[string]approvalWait
 	// writeFiles commits files to the tracked branch as the hub, with the
@@ -127,19 +126,11 @@ type Hub struct {
 	// statusApplied is the commit the status in Git says was in force
 	// (read at start).
 	statusApplied string
-	// observed are the nodes with a full report at the last reconcile,
-	// whose read of the observations started at observedAt; askedReport
-	// when each node was last asked for one, reportTaken when this hub
-	// last took one (WantsReport).
-	observed    map[string]bool
-	observedAt  time.Time
-	askedReport map[string]time.Time
-	reportTaken map[string]takenReport
-	// awaitingReport are the nodes with an item the engine made ambiguous
-	// (an attempt delivered, its result lost or late) until this hub takes
-	// a report of theirs: only such a report settles the item, and the
-	// hub asks for it rather than wait for the node's next periodic one.
-	awaitingReport map[string]bool
+	// asks decides whether a node owes a full report (WantsReport) and
+	// history keeps the versions nodes reported, each under its own lock
+	// (agentstate.go).
+	asks    reportAsks
+	history versionHistory
 	// renders keeps the configs rendered for the snapshot in force from
 	// one plan (and status commit's drift) to the next.
 	renders reconciler.RenderCache
@@ -460,14 +451,7 @@ func (h *Hub) engineStep(ctx context.Context) {
 		return
 	}
 	if len(res.AwaitingReport) > 0 {
-		h.mu.Lock()
-		if h.awaitingReport == nil {
-			h.awaitingReport = map[string]bool{}
-		}
-		for _, n := range res.AwaitingReport {
-			h.awaitingReport[n] = true
-		}
-		h.mu.Unlock()
+		h.asks.await(res.AwaitingReport)
 	}
 	if res.Completed > 0 {
 		h.kick(h.reconcileSoon)

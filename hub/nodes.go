@@ -144,17 +144,8 @@ func (h *Hub) nodeViews(ctx context.Context, snap *fleetwave.Snapshot, obs fleet
 			held[p.Node] = append(held[p.Node], api.HeldInstance{Block: p.Block, Trigger: p.Trigger, Reason: p.Reason, Message: p.Message})
 		}
 	}
-	versions := map[string]map[string][]string{}
-	for _, id := range ids {
-		if m := h.history[id]; len(m) > 0 {
-			cp := make(map[string][]string, len(m))
-			for b, v := range m {
-				cp[b] = slices.Clone(v)
-			}
-			versions[id] = cp
-		}
-	}
 	h.mu.Unlock()
+	versions := h.history.of(ids)
 	out := make([]api.NodeView, 0, len(ids))
 	for _, id := range ids {
 		v := api.NodeView{ID: id, Labels: map[string]string{}, MaintenanceWindows: []string{}, Capabilities: []string{},

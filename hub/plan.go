@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -312,7 +313,9 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 		if t := headSnap.Triggers[r.Trigger]; t != nil {
 			r.TargetVersion = t.TargetVersion
 		}
-		r.RollbackExempt = r.ConfigChange && rollbackExempt(configItems(r), st.history)
+		r.RollbackExempt = r.ConfigChange && rollbackExempt(configItems(r), func(node, block, version string) bool {
+			return slices.Contains(st.history[node][block], version)
+		})
 		r.ApprovalRequired = r.ConfigChange && rep.ApprovalRequired && !r.RollbackExempt
 		if r.ApprovalRequired {
 			rep.ApprovalsNeeded++

@@ -116,9 +116,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	for n := range obs {
 		seen[n] = true
 	}
-	h.mu.Lock()
-	h.observed, h.observedAt = seen, observedAt
-	h.mu.Unlock()
+	h.asks.reconciled(seen, observedAt, snap)
 	h.loadGitRecords(ctx, fence)
 	if _, err := h.eng.SetDrained(ctx, fence, drainedNodes(snap)); err != nil {
 		if ctx.Err() == nil {
@@ -143,7 +141,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		}
 	}
 	actor := h.commitActor(ctx, snap)
-	h.observeHistory(obs)
+	h.history.observe(obs)
 	approvals, err := h.eng.Approvals(ctx)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -210,9 +210,9 @@ func TestSentItemsAdoptTheItemsOfTheirEvent(t *testing.T) {
 // while a long reconcile ran); once asked, not again for a minute.
 func TestWantsReportOnlyOfANodeTheObservationsLost(t *testing.T) {
 	read := time.Now()
-	h := &Hub{snapshot: &fleetwave.Snapshot{Nodes: map[string]*fleetwave.Node{"n1": {}, "n2": {}, "n3": {}}},
+	h := &Hub{asks: reportAsks{known: map[string]*fleetwave.Node{"n1": {}, "n2": {}, "n3": {}},
 		observed: map[string]bool{"n3": true}, observedAt: read,
-		reportTaken: map[string]takenReport{"n1": {at: read.Add(-time.Second)}, "n2": {at: read.Add(time.Second)}}}
+		taken: map[string]takenReport{"n1": {at: read.Add(-time.Second)}, "n2": {at: read.Add(time.Second)}}}}
 	if !h.WantsReport("n1") {
 		t.Error("n1 reported before the reconcile read the observations, which lack it: want a report")
 	}
@@ -280,9 +280,9 @@ func TestANodeWithAnAmbiguousItemIsAskedForAReport(t *testing.T) {
 		Instances: []fleetwave.InstanceStatus{{Block: "web", Version: "1.1", ConfigHash: "h1", Generation: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	h.mu.Lock()
-	delete(h.askedReport, "n1") // a minute later
-	h.mu.Unlock()
+	h.asks.mu.Lock()
+	delete(h.asks.asked, "n1") // a minute later
+	h.asks.mu.Unlock()
 	if h.WantsReport("n1") {
 		t.Fatal("asked again after the node reported")
 	}

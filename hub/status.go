@@ -399,16 +399,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			nodes[id] = true
 		}
 	}
-	h.mu.Lock()
-	versions := map[string]map[string][]string{}
-	for node, m := range h.history {
-		cp := map[string][]string{}
-		for b, v := range m {
-			cp[b] = slices.Clone(v)
-		}
-		versions[node] = cp
-	}
-	h.mu.Unlock()
+	versions := h.history.of(nil)
 	heldByNode := map[string][]status.Held{}
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
 		heldByNode[p.Node] = append(heldByNode[p.Node], status.Held{Block: p.Block, BRC: p.Trigger, Reason: p.Reason, Message: p.Message})
