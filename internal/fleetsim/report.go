@@ -41,7 +41,7 @@ func (r Row) Met(i int) bool {
 // ("" when it cannot be told).
 func (r Row) Growth(nodes []int) string {
 	n := len(r.Values)
-	if n < 2 {
+	if n < 2 || r.Unit == unitShare { // a share does not grow with N
 		return ""
 	}
 	a, b := r.Values[n-2], r.Values[n-1]
