@@ -686,6 +686,13 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 		s.fail(w, r, err)
 		return
 	}
+	if len(atts) == 0 && wait > 0 && r.Context().Err() == nil && s.hub.WantsReport(node) {
+		// the hub came to want the node's report while the poll waited
+		// (it wakes such polls): asked now, not at the next poll
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusOK, AttemptsAnswer{Attempts: []fleetwave.Attempt{}, Report: true})
+		return
+	}
 	if atts == nil {
 		atts = []fleetwave.Attempt{}
 	}

@@ -45,6 +45,8 @@ type fakeHub struct {
 	synced    int
 	// ownerAsked counts AttemptNode calls (not in calls: it changes nothing).
 	ownerAsked int
+	// wantsReport answers WantsReport; nil: never.
+	wantsReport func(node string) bool
 }
 
 var tokens = map[string]string{"token-a": "node-a", "token-b": "node-b"}
@@ -195,7 +197,13 @@ func (f *fakeHub) Approval(_ context.Context, id string) (fleetwave.Approval, er
 	return fleetwave.Approval{ID: id}, nil
 }
 
-func (f *fakeHub) WantsReport(string) bool { return false }
+func (f *fakeHub) WantsReport(node string) bool {
+	if f.wantsReport == nil {
+		return false
+	}
+	f.record("wants report " + node)
+	return f.wantsReport(node)
+}
 
 func (f *fakeHub) TriggerSync() {
 	f.mu.Lock()
@@ -519,6 +527,20 @@ func TestRoutes(t *testing.T) {
 			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=2s", token: "token-a"},
 			wantStatus: 200, wantBody: []string{`{"attempts":[{"id":"att-1"`, `"command":"true"`},
 			wantCalls: []string{"poll node-a 2s"},
+		},
+		{
+			name: "a poll that ends empty asks for the report the hub came to want meanwhile",
+			hub: func() *fakeHub {
+				polled := false
+				return &fakeHub{
+					poll: func(string, time.Duration) ([]fleetwave.Attempt, error) { polled = true; return nil, nil },
+					// not before the poll: the item became ambiguous while it waited
+					wantsReport: func(string) bool { return polled },
+				}
+			}(),
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=2s", token: "token-a"},
+			wantStatus: 200, wantBody: []string{`{"attempts":[],"report":true}`},
+			wantCalls: []string{"wants report node-a", "poll node-a 2s", "wants report node-a"},
 		},
 		{
 			name:       "attempts caps the wait at 30s",

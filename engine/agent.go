@@ -49,6 +49,7 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 		}
 		var raw []string
 		var err error
+		woken := false
 		if look {
 			raw, err = e.rdb.LPopCount(ctx, q, max).Result()
 			if errors.Is(err, redis.Nil) {
@@ -59,7 +60,7 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 			t := time.NewTimer(end.Sub(wall.Now()))
 			select {
 			case p := <-w.got:
-				raw, err, w = p.raw, p.err, nil
+				raw, err, woken, w = p.raw, p.err, p.woken, nil
 			case <-t.C:
 			case <-ctx.Done():
 			}
@@ -84,7 +85,7 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 			}
 			return nil, fmt.Errorf("poll node %s: %w", node, err)
 		}
-		if wait <= 0 || !wall.Now().Before(end) {
+		if woken || wait <= 0 || !wall.Now().Before(end) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}

@@ -49,10 +49,12 @@ type waiter struct {
 	got chan popped
 }
 
-// popped is what the mux popped for a waiter.
+// popped is what the mux popped for a waiter; woken: nothing, the waiter
+// was woken (Wake).
 type popped struct {
-	raw []string
-	err error
+	raw   []string
+	err   error
+	woken bool
 }
 
 // mux is the Engine's delivery multiplexer (see above).
@@ -122,6 +124,25 @@ func (e *Engine) unregister(w *waiter) bool {
 		}
 	}
 	return false
+}
+
+// Wake ends the waiting Polls of nodes on this Engine at once, without
+// attempts, so that their agents hear what the caller now has to ask them
+// (the hub: a report, to settle an ambiguous item) rather than at the end
+// of their wait. Their next Polls look at their queues as usual.
+func (e *Engine) Wake(nodes []string) {
+	m := &e.mux
+	var ws []*waiter
+	m.mu.Lock()
+	for _, node := range nodes {
+		ws = append(ws, m.waiters[node]...)
+		m.n -= len(m.waiters[node])
+		delete(m.waiters, node)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		w.got <- popped{woken: true} // out of the map: nothing else sends
+	}
 }
 
 // claim takes the oldest waiting Poll of each node (every waiting Poll
@@ -209,7 +230,7 @@ func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
 		if errors.Is(err, redis.Nil) {
 			err = nil
 		}
-		w.got <- popped{raw, err}
+		w.got <- popped{raw: raw, err: err}
 	}
 }
 

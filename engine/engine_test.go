@@ -649,6 +649,65 @@ func TestLongPollWakesOnDispatch(t *testing.T) {
 	})
 }
 
+// TestWakeEndsAWaitingPoll: Wake ends the waiting Polls of a node at
+// once, without attempts and without taking anything from its queue; the
+// other nodes' Polls keep waiting, and an attempt dispatched afterwards
+// reaches the node's next Poll.
+func TestWakeEndsAWaitingPoll(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		type result struct {
+			as  []fleetwave.Attempt
+			err error
+		}
+		done := map[string]chan result{}
+		for _, n := range []string{"n1", "n1", "n2"} {
+			ch := make(chan result, 2)
+			if done[n] != nil {
+				ch = done[n]
+			}
+			done[n] = ch
+			go func() {
+				as, err := h.e.Poll(context.Background(), n, 5, time.Minute)
+				ch <- result{as, err}
+			}()
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for h.e.WaitingPolls() != 3 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d polls waiting, want 3", h.e.WaitingPolls())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		h.e.Wake([]string{"n1", "n3"})
+		for range 2 {
+			select {
+			case got := <-done["n1"]:
+				if got.err != nil || len(got.as) != 0 {
+					t.Fatalf("woken poll returned %v, %v; want nothing", ids(got.as), got.err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a woken poll still waits")
+			}
+		}
+		if n := h.e.WaitingPolls(); n != 1 {
+			t.Fatalf("%d polls waiting after the wake, want n2's", n)
+		}
+		// n2 still waits and gets its attempt; n1's next poll gets its own
+		h.create(spec("web", 2, "web", 1, 2, 0))
+		if _, err := h.e.Step(h.ctx, h.fence); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-done["n2"]; got.err != nil || len(got.as) != 1 || got.as[0].Node != "n2" {
+			t.Fatalf("n2's poll returned %v, %v", ids(got.as), got.err)
+		}
+		as, err := h.e.Poll(h.ctx, "n1", 5, time.Minute)
+		if err != nil || len(as) != 1 || as[0].Node != "n1" {
+			t.Fatalf("n1's poll after the wake returned %v, %v", ids(as), err)
+		}
+	})
+}
+
 func TestLongPoll(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)

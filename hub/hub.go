@@ -452,6 +452,10 @@ func (h *Hub) engineStep(ctx context.Context) {
 	}
 	if len(res.AwaitingReport) > 0 {
 		h.asks.await(res.AwaitingReport)
+		// their agents' held polls end now and ask for the report (the
+		// API asks again when a poll ends empty): a wave waits for its
+		// ambiguous items, and a poll may hold for most of a minute
+		h.eng.Wake(res.AwaitingReport)
 	}
 	if res.Completed > 0 {
 		h.kick(h.reconcileSoon)

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -260,8 +261,31 @@ func TestANodeWithAnAmbiguousItemIsAskedForAReport(t *testing.T) {
 	if h.WantsReport("n1") {
 		t.Fatal("a report asked of a node whose attempt runs")
 	}
+	// the node's agent holds its next poll meanwhile: the step that makes
+	// the item ambiguous ends it, so the agent is asked for its report now
+	held := make(chan error, 1)
+	go func() {
+		as, err := h.eng.Poll(ctx, "n1", 10, time.Minute)
+		if err == nil && len(as) > 0 {
+			err = fmt.Errorf("held poll returned %d attempts", len(as))
+		}
+		held <- err
+	}()
+	for deadline := time.Now().Add(30 * time.Second); h.eng.WaitingPolls() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the held poll never waited")
+		}
+	}
 	clk.Advance(60*time.Second + engine.DefaultDeliveryGrace) // no result came
 	h.engineStep(ctx)
+	select {
+	case err := <-held:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node's held poll was not ended when its item became ambiguous")
+	}
 	_, its, err := h.eng.Rollout(ctx, id)
 	if err != nil || len(its) != 1 || its[0].Status != fleetwave.ItemAmbiguous {
 		t.Fatalf("item after its deadline: %+v, %v", its, err)
