@@ -182,7 +182,7 @@ func New(opts Options) (*Fleet, error) {
 }
 
 func newTransport(opts Options) http.RoundTripper {
-	conns := opts.Pollers + opts.Posters + 16
+	conns := opts.Pollers + 2*opts.Posters + 16
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	var next atomic.Uint64
 	dial := d.DialContext
@@ -211,7 +211,11 @@ func newTransport(opts Options) http.RoundTripper {
 	// once (net/http's own strict limit hung with hundreds of requests
 	// waiting), and the fleet spreads its polls over enough of them.
 	// Results and reports have their own transports, so a connection full
-	// of polls never holds a result back.
+	// of polls never holds a result back; and results have theirs apart
+	// from reports and registrations: a real agent posts its result on its
+	// own connection, where at 100,000 agents the fleet's 500 reports a
+	// second took most of a shared set's streams and results waited for
+	// one past their deadline (attempt 18 of docs/scale.md).
 	pool := func(n int) []*h2cConn {
 		cs := make([]*h2cConn, (n+streamsPerConn-1)/streamsPerConn)
 		for i := range cs {
@@ -227,7 +231,7 @@ func newTransport(opts Options) http.RoundTripper {
 		}
 		return cs
 	}
-	return &h2cPool{polls: pool(opts.Pollers + 16), posts: pool(opts.Posters + 16)}
+	return &h2cPool{polls: pool(opts.Pollers + 16), posts: pool(opts.Posters + 16), results: pool(opts.Posters + 16)}
 }
 
 // streamsPerConn is how many requests the fleet puts on one h2c
@@ -243,18 +247,22 @@ type h2cConn struct {
 }
 
 // h2cPool spreads requests over transports of one connection each:
-// GETs (the long polls) over one set, the rest over another. A request
-// takes a stream of the first connection with one free, from a round
-// robin start, and gives it back when its answer's body is closed.
+// GETs (the long polls) over one set, results over another, the rest
+// (reports, registrations) over a third. A request takes a stream of the
+// first connection with one free, from a round robin start, and gives it
+// back when its answer's body is closed.
 type h2cPool struct {
-	polls, posts []*h2cConn
-	next         atomic.Uint64
+	polls, posts, results []*h2cConn
+	next                  atomic.Uint64
 }
 
 func (p *h2cPool) RoundTrip(req *http.Request) (*http.Response, error) {
 	cs := p.posts
-	if req.Method == http.MethodGet {
+	switch {
+	case req.Method == http.MethodGet:
 		cs = p.polls
+	case strings.HasSuffix(req.URL.Path, "/result"):
+		cs = p.results
 	}
 	start := p.next.Add(1)
 	c := cs[start%uint64(len(cs))]
@@ -305,7 +313,7 @@ func (b *slotBody) Close() error {
 
 // CloseIdleConnections closes every transport's idle connection.
 func (p *h2cPool) CloseIdleConnections() {
-	for _, c := range append(p.polls, p.posts...) {
+	for _, c := range slices.Concat(p.polls, p.posts, p.results) {
 		c.t.CloseIdleConnections()
 	}
 }

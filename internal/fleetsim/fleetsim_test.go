@@ -283,7 +283,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // TestH2CPollsShareFewConnections starts 2,000 requests at once over the
 // fleet's h2c client against an h2c server with the hub's 250 streams per
 // connection: they open one connection per 100 of them, where one
-// HTTP/2 transport opened more connections than requests. Then 1,000
+// HTTP/2 transport opened more connections than requests, and a result
+// goes while polls and reports hold every stream of theirs. Then 1,000
 // more requests than the connections have streams wait for a stream
 // and all complete.
 func TestH2CPollsShareFewConnections(t *testing.T) {
@@ -296,7 +297,7 @@ func TestH2CPollsShareFewConnections(t *testing.T) {
 			http.Error(w, "want HTTP/2", http.StatusBadRequest)
 			return
 		}
-		if r.Method == http.MethodGet {
+		if r.Method == http.MethodGet || strings.HasSuffix(r.URL.Path, "/report") {
 			<-*gate.Load()
 		}
 	}))
@@ -316,7 +317,7 @@ func TestH2CPollsShareFewConnections(t *testing.T) {
 	rt := newTransport(Options{Pollers: polls, Posters: 64, H2C: true})
 	client := &http.Client{Transport: rt}
 	defer client.CloseIdleConnections()
-	errs := make(chan error, polls+1)
+	errs := make(chan error, polls+201)
 	var wg sync.WaitGroup
 	for range polls {
 		wg.Go(func() {
@@ -330,7 +331,19 @@ func TestH2CPollsShareFewConnections(t *testing.T) {
 			errs <- err
 		})
 	}
-	// A result posted while every poll holds its stream still goes.
+	// 200 reports hold every stream of the reports' connection (and wait
+	// for one)
+	for range 200 {
+		wg.Go(func() {
+			resp, err := client.Post(srv.URL+"/report", "application/json", strings.NewReader("{}"))
+			if err == nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		})
+	}
+	// A result posted while every poll and every report holds its stream
+	// still goes.
 	time.Sleep(200 * time.Millisecond)
 	resp, err := client.Post(srv.URL+"/result", "application/json", strings.NewReader("{}"))
 	if err != nil {
@@ -345,9 +358,10 @@ func TestH2CPollsShareFewConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 2,016 polls at 100 a connection, and one connection for results.
-	if n := conns.Load(); n > 22 {
-		t.Errorf("%d requests opened %d connections, want at most 22", polls+1, n)
+	// 2,016 polls at 100 a connection, one connection for reports and one
+	// for results.
+	if n := conns.Load(); n > 23 {
+		t.Errorf("%d requests opened %d connections, want at most 23", polls+201, n)
 	}
 
 	// more requests than streams: they take turns, none hangs
