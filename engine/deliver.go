@@ -68,6 +68,7 @@ type mux struct {
 	epoch      int                  // confirmations so far
 	looked     map[string]int       // node -> epoch its queue was last looked at in
 	unclaimed  map[string]bool      // nodes announced while none of their Polls waited
+	woken      map[string]bool      // nodes woken while none of their Polls waited
 	idle       time.Duration        // muxIdle unless a test sets it before the first Poll
 }
 
@@ -89,8 +90,15 @@ func (e *Engine) register(w *waiter) bool {
 		m.looked = map[string]int{}
 		m.unclaimed = map[string]bool{}
 	}
-	m.waiters[w.node] = append(m.waiters[w.node], w)
-	m.n++
+	if m.woken[w.node] {
+		// woken while its last Poll was claimed (between two waits): this
+		// one ends at once, as that one would have
+		delete(m.woken, w.node)
+		w.got <- popped{woken: true}
+	} else {
+		m.waiters[w.node] = append(m.waiters[w.node], w)
+		m.n++
+	}
 	if !m.running {
 		m.running = true
 		m.run++
@@ -135,6 +143,15 @@ func (e *Engine) Wake(nodes []string) {
 	var ws []*waiter
 	m.mu.Lock()
 	for _, node := range nodes {
+		if len(m.waiters[node]) == 0 {
+			// none waits now (one may be claimed, about to wait again): the
+			// node's next Poll ends at once
+			if m.woken == nil {
+				m.woken = map[string]bool{}
+			}
+			m.woken[node] = true
+			continue
+		}
 		ws = append(ws, m.waiters[node]...)
 		m.n -= len(m.waiters[node])
 		delete(m.waiters, node)

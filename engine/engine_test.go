@@ -652,7 +652,8 @@ func TestLongPollWakesOnDispatch(t *testing.T) {
 // TestWakeEndsAWaitingPoll: Wake ends the waiting Polls of a node at
 // once, without attempts and without taking anything from its queue; the
 // other nodes' Polls keep waiting, and an attempt dispatched afterwards
-// reaches the node's next Poll.
+// reaches the node's next Poll. A wake that finds no waiting Poll ends the
+// node's next one.
 func TestWakeEndsAWaitingPoll(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)
@@ -704,6 +705,14 @@ func TestWakeEndsAWaitingPoll(t *testing.T) {
 		as, err := h.e.Poll(h.ctx, "n1", 5, time.Minute)
 		if err != nil || len(as) != 1 || as[0].Node != "n1" {
 			t.Fatalf("n1's poll after the wake returned %v, %v", ids(as), err)
+		}
+		// a wake while none of the node's polls waits (one may be between
+		// two waits) ends its next poll at once
+		h.e.Wake([]string{"n1"})
+		start := time.Now()
+		as, err = h.e.Poll(h.ctx, "n1", 5, time.Minute)
+		if err != nil || len(as) != 0 || time.Since(start) >= 30*time.Second {
+			t.Fatalf("n1's poll after a wake without a waiting poll returned %v, %v after %v", ids(as), err, time.Since(start))
 		}
 	})
 }
