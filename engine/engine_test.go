@@ -673,13 +673,10 @@ func TestWakeEndsAWaitingPoll(t *testing.T) {
 				ch <- result{as, err}
 			}()
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for h.e.WaitingPolls() != 3 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d polls waiting, want 3", h.e.WaitingPolls())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		// the three wait, and the subscription is confirmed: its
+		// confirmation claims every waiting Poll for a moment, and a wake
+		// while a node's Polls are claimed ends only its next one
+		waitMux(t, h.e, 3)
 		h.e.Wake([]string{"n1", "n3"})
 		for range 2 {
 			select {
@@ -691,9 +688,12 @@ func TestWakeEndsAWaitingPoll(t *testing.T) {
 				t.Fatal("a woken poll still waits")
 			}
 		}
-		if n := h.e.WaitingPolls(); n != 1 {
-			t.Fatalf("%d polls waiting after the wake, want n2's", n)
+		select {
+		case got := <-done["n2"]:
+			t.Fatalf("n2's poll ended at n1's wake: %v, %v", ids(got.as), got.err)
+		default:
 		}
+		waitMux(t, h.e, 1)
 		// n2 still waits and gets its attempt; n1's next poll gets its own
 		h.create(spec("web", 2, "web", 1, 2, 0))
 		if _, err := h.e.Step(h.ctx, h.fence); err != nil {
@@ -715,6 +715,24 @@ func TestWakeEndsAWaitingPoll(t *testing.T) {
 			t.Fatalf("n1's poll after a wake without a waiting poll returned %v, %v after %v", ids(as), err, time.Since(start))
 		}
 	})
+}
+
+// waitMux waits until n Polls wait and the mux's subscription is
+// confirmed.
+func waitMux(t *testing.T, e *Engine, n int) {
+	t.Helper()
+	settled := func() bool {
+		e.mux.mu.Lock()
+		defer e.mux.mu.Unlock()
+		return e.mux.subscribed && e.mux.n == n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !settled() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls waiting, want %d with the subscription confirmed", e.WaitingPolls(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestLongPoll(t *testing.T) {
