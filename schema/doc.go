@@ -83,8 +83,11 @@
 // fast path. A file whose data has only simple literal forms (plain
 // strings, canonical integers, booleans, no duplicate fields) and that the
 // predicate and the Go checks accept is valid, and its object and hash are
-// computed from that data (a JSON file of that form is not even handed to
-// CUE's parser: it needs no positions). Every other file, in particular
+// computed from that data. A file of that form in the plainest syntax of its
+// format (plainJSON, plainYAML, plainCUE: quoted or simple words, block
+// mappings and sequences of scalars in YAML, one value per line, ASCII for
+// YAML) is not even handed to CUE's parser or YAML decoder: it needs no
+// positions. Every other file, in particular
 // every file with a problem, is evaluated by CUE exactly as described
 // above, so errors and their messages always come from CUE.
 // TestFastPathMatchesCUE and FuzzFastPathMatchesCUE run generated files

@@ -531,28 +531,6 @@ func plainExpr(x ast.Expr) (any, bool) {
 	return nil, false
 }
 
-// jsonValue converts plain values to the values encoding/json produces
-// when it decodes JSON with UseNumber, which is what canonicalJSON encodes.
-func jsonValue(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		m := make(map[string]any, len(v))
-		for k, x := range v {
-			m[k] = jsonValue(x)
-		}
-		return m
-	case []any:
-		l := make([]any, len(v))
-		for i, x := range v {
-			l[i] = jsonValue(x)
-		}
-		return l
-	case int64:
-		return json.Number(strconv.FormatInt(v, 10))
-	}
-	return v
-}
-
 // fastCheck runs the fast path on the plain data of a file: it returns
 // the object when the file is certainly valid, ok=false when CUE must
 // decide.
@@ -567,13 +545,10 @@ func (v *Validator) fastCheck(p string, key fleetwave.ObjectKey, data map[string
 	if name, _ := data["name"].(string); name != key.Name() {
 		return nil, false
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(jsonValue(data)); err != nil {
+	canon, ok := appendCanonical(make([]byte, 0, 512), data)
+	if !ok {
 		return nil, false
 	}
-	canon := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	obj := newObject(key.Kind())
 	if err := json.Unmarshal(canon, obj); err != nil {
 		return nil, false

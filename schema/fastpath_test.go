@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"path"
 	"reflect"
 	"regexp"
 	"slices"
@@ -427,7 +428,7 @@ func checkBothPaths(t *testing.T, fast, slow *Validator, p string, data []byte) 
 
 // tookFastPath reports whether checkFile accepts the file on the fast path.
 func (v *Validator) tookFastPath(p string, key fleetwave.ObjectKey, data []byte) bool {
-	if plain, ok := plainJSON(data); ok && strings.HasSuffix(p, ".json") {
+	if plain, ok := plainData(p, data); ok {
 		if _, ok := v.fastCheck(p, key, plain); ok {
 			return true
 		}
@@ -442,6 +443,15 @@ func (v *Validator) tookFastPath(p string, key fleetwave.ObjectKey, data []byte)
 	}
 	_, ok = v.fastCheck(p, key, plain)
 	return ok
+}
+
+func mustKey(t testing.TB, p string) fleetwave.ObjectKey {
+	t.Helper()
+	key, ok := ObjectKeyForPath(p)
+	if !ok {
+		t.Fatalf("%s: not an object file", p)
+	}
+	return key
 }
 
 func cueOnlyValidator(t testing.TB) *Validator {
@@ -473,6 +483,7 @@ func TestFastPathMatchesCUE(t *testing.T) {
 	}
 	g := &fileGen{r: rand.New(rand.NewPCG(1, 2))}
 	var tookFast, valid int
+	fastByExt := map[string]int{} // files that skipped CUE's parser too
 	for range n {
 		p, data := g.file()
 		f, v := checkBothPaths(t, fast, slow, p, data)
@@ -482,8 +493,18 @@ func TestFastPathMatchesCUE(t *testing.T) {
 		if v {
 			valid++
 		}
+		if plain, ok := plainData(p, data); ok {
+			if _, ok := fast.fastCheck(p, mustKey(t, p), plain); ok {
+				fastByExt[strings.Replace(path.Ext(p), ".yml", ".yaml", 1)]++
+			}
+		}
 	}
-	t.Logf("%d files: %d valid, %d of them by the fast path", n, valid, tookFast)
+	t.Logf("%d files: %d valid, %d of them by the fast path, %v without a parser", n, valid, tookFast, fastByExt)
+	for _, ext := range []string{".json", ".yaml", ".cue"} {
+		if fastByExt[ext] < n/200 {
+			t.Errorf("%d %s files decoded without a parser: the generator does not cover plain%s", fastByExt[ext], ext, ext)
+		}
+	}
 	// The generator must exercise both answers of both paths.
 	if tookFast < n/5 || valid-tookFast < n/50 || n-valid < n/5 {
 		t.Errorf("%d files: %d valid, %d by the fast path: the generator does not cover both paths", n, valid, tookFast)

@@ -7,10 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -19,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"cuelang.org/go/cue"
 	cueerrors "cuelang.org/go/cue/errors"
@@ -255,8 +251,8 @@ func (v *Validator) checkFile(ctx *cue.Context, p string, key fleetwave.ObjectKe
 	if int64(len(data)) > v.opts.maxFileSize {
 		return nil, []fleetwave.FileError{{Path: p, Msg: fmt.Sprintf("file is %d bytes, expected at most %d", len(data), v.opts.maxFileSize)}}
 	}
-	if v.shapes != nil && path.Ext(p) == ".json" {
-		if plain, ok := plainJSON(data); ok {
+	if v.shapes != nil {
+		if plain, ok := plainData(p, data); ok {
 			if o, ok := v.fastCheck(p, key, plain); ok {
 				return o, nil
 			}
@@ -548,31 +544,7 @@ type fileRead struct {
 	rel, path string
 	data      []byte
 	tooBig    int64 // its size when above the limit
-}
-
-// readLimited reads the file at path unless it is larger than limit
-// bytes; then it returns its size as tooBig and no data.
-func readLimited(path string, limit int64) (data []byte, tooBig int64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if info.Size() > limit {
-		return nil, info.Size(), nil
-	}
-	data, err = io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, 0, err
-	}
-	if int64(len(data)) > limit {
-		return nil, int64(len(data)), nil // it grew while read
-	}
-	return data, 0, nil
+	err       error
 }
 
 // LoadDir reads the object files of a directory tree and calls Load. It
@@ -584,7 +556,19 @@ func readLimited(path string, limit int64) (data []byte, tooBig int64, err error
 func (v *Validator) LoadDir(dir string) (*fleetwave.Snapshot, error) {
 	files := map[string][]byte{}
 	var errs []fleetwave.FileError
-	var reads []fileRead
+	// Read in parallel, while the walk goes on: a file read is a few
+	// system calls, and 100,000 of them one after the other took longer
+	// than validating them.
+	var reads []*fileRead
+	todo := make(chan *fileRead, 1024)
+	var wg sync.WaitGroup
+	for range max(8, 4*runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for r := range todo {
+				r.data, r.tooBig, r.err = readLimited(r.path, v.opts.maxFileSize)
+			}
+		})
+	}
 	err := filepath.WalkDir(dir, func(fp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -625,26 +609,20 @@ func (v *Validator) LoadDir(dir string) (*fleetwave.Snapshot, error) {
 			errs = append(errs, fleetwave.FileError{Path: rel, Msg: "not a regular file"})
 			return nil
 		}
-		reads = append(reads, fileRead{rel: rel, path: fp})
+		r := &fileRead{rel: rel, path: fp}
+		reads = append(reads, r)
+		todo <- r
 		return nil
 	})
+	close(todo)
+	wg.Wait()
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
-	// Read in parallel: a file read is three system calls, and 100,000
-	// of them one after the other took longer than validating them.
-	readErrs := make([]error, len(reads))
-	workers := min(len(reads), max(8, 4*runtime.GOMAXPROCS(0)))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(reads); i = int(next.Add(1) - 1) {
-				reads[i].data, reads[i].tooBig, readErrs[i] = readLimited(reads[i].path, v.opts.maxFileSize)
-			}
-		})
+	var readErrs []error
+	for _, r := range reads {
+		readErrs = append(readErrs, r.err)
 	}
-	wg.Wait()
 	if err := errors.Join(readErrs...); err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
