@@ -318,8 +318,14 @@ func drainedNodes(snap *fleetwave.Snapshot) []string {
 
 // createPlanned hands a rollout of the reconcile's plan to the engine,
 // leaving out the items the engine created from this hub's plans moments
-// ago (sentItems).
+// ago (sentItems), and the whole rollout while another createPlanned
+// (the push step's, a reconcile's) is creating it.
 func (h *Hub) createPlanned(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) {
+	if !h.sent.begin(spec) {
+		h.log.Debug().Str("brc", spec.Source.Object.Name()).Int64("generation", spec.Source.Generation).Msg("rollout being created beside: left to that creation")
+		return
+	}
+	defer h.sent.end(spec)
 	now := time.Now()
 	spec, _, again := h.sent.filter(fence, spec, now)
 	if len(again) > 0 {

@@ -49,6 +49,36 @@ type sentItems struct {
 	ttl   time.Duration // the reconcile interval
 	took  time.Duration // the last reconcile
 	items map[fleetwave.InstanceKey]sentItem
+	// creating holds the events a createPlanned is handing to the engine:
+	// the push step and a reconcile plan a pushed BRC at the same moment,
+	// and at 100,000 nodes the reconcile sent the same 100,000 items again
+	// while the push step's creation ran (82 s of create scripts, for
+	// nothing). The second leaves the event to the first; what it planned
+	// that the first did not (a node that reported since) goes with the
+	// next reconcile.
+	creating map[string]bool
+}
+
+// begin claims the creation of spec's event; false when another
+// createPlanned has it (end releases it).
+func (s *sentItems) begin(spec fleetwave.RolloutSpec) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ev := eventOf(spec)
+	if s.creating[ev] {
+		return false
+	}
+	if s.creating == nil {
+		s.creating = map[string]bool{}
+	}
+	s.creating[ev] = true
+	return true
+}
+
+func (s *sentItems) end(spec fleetwave.RolloutSpec) {
+	s.mu.Lock()
+	delete(s.creating, eventOf(spec))
+	s.mu.Unlock()
 }
 
 // span is the ttl in force (see sentItems); s.mu held.

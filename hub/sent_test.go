@@ -204,6 +204,45 @@ func TestSentItemsAdoptTheItemsOfTheirEvent(t *testing.T) {
 	}
 }
 
+// TestCreatePlannedLeavesAnEventToTheCreationUnderWay: while one
+// createPlanned creates an event's rollout (the push step's), another of
+// the same event (a reconcile's) sends nothing to the engine (a real
+// redis-server); another event's goes ahead, and once the first ended the
+// event is sent again as usual.
+func TestCreatePlannedLeavesAnEventToTheCreationUnderWay(t *testing.T) {
+	h, fence := leaderEngineHub(t)
+	h.metrics = newMetrics(h)
+	ctx := context.Background()
+	item := sentTestItem
+	spec := sentTestSpec("web", item("n1"), item("n2"))
+	other := sentTestSpec("db", item("n3"))
+	h.sent = sentItems{ttl: 30 * time.Second}
+	if !h.sent.begin(spec) {
+		t.Fatal("a first creation was refused")
+	}
+	if h.sent.begin(spec) {
+		t.Fatal("a second creation of the same event was let through")
+	}
+	h.createPlanned(ctx, fence, spec)
+	h.createPlanned(ctx, fence, other)
+	keys := []fleetwave.InstanceKey{item("n1").Instance(), item("n2").Instance(), item("n3").Instance()}
+	active, err := h.eng.ActiveItems(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(active) != 1 || active[keys[2]] == "" {
+		t.Fatalf("active items %v while web's creation was under way, want db's alone", active)
+	}
+	h.sent.end(spec)
+	h.createPlanned(ctx, fence, spec)
+	if active, err = h.eng.ActiveItems(ctx, keys); err != nil || len(active) != 3 {
+		t.Fatalf("active items %v (%v) once it ended, want all three", active, err)
+	}
+	if !h.sent.begin(spec) {
+		t.Fatal("createPlanned kept the event claimed after it returned")
+	}
+}
+
 // TestWantsReportOnlyOfANodeTheObservationsLost: a node missing from the
 // last reconcile's observations is asked for a full report, unless this
 // hub took one from it after that reconcile read them (then the report

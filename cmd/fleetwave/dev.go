@@ -256,6 +256,7 @@ func devScaleCmd(stdout io.Writer) *cobra.Command {
 	var sf simFlags
 	var nodeList, out, resultsFile string
 	var keep, render bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "scale [--nodes \"1000 10000 100000\"] [--out docs] [--results docs/scale.json]",
 		Short: "The scale report: one simulated scenario per fleet size, a table with targets, docs/scale.md and docs/scale.svg",
@@ -302,7 +303,7 @@ func devScaleCmd(stdout io.Writer) *cobra.Command {
 				}
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: n, Dir: dir, Keep: keep, Duration: sf.duration,
 					Pollers: sf.pollers, H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
-					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n)})
+					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n), Timeout: timeout})
 				if err != nil {
 					// the sizes measured so far are still reported
 					failed = fmt.Errorf("%d nodes: %w", n, err)
@@ -335,6 +336,7 @@ func devScaleCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&resultsFile, "results", "", "JSON file of earlier results: this run's sizes replace theirs, and the report shows them all")
 	cmd.Flags().BoolVar(&render, "render", false, "run nothing: print the table and write the docs from --results")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep each run's directory (repositories, hub data and log)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "bound on each fleet size's whole run (0: 10 min + 20 ms per node)")
 	return cmd
 }
 
