@@ -104,7 +104,8 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleet
 	for _, v := range raw {
 		a, err := decodeQueued(v)
 		if err != nil {
-			e.log.Error().Err(err).Str("node", node).Msg("queued attempt unreadable")
+			// its size and leading id characters, never its payload
+			e.log.Error().Err(err).Str("node", node).Int("bytes", len(v)).Str("head", idHead(v)).Msg("queued attempt unreadable")
 			continue
 		}
 		if a.Deadline.UnixMilli() <= now {
@@ -400,4 +401,19 @@ func resultArgs(node string, res fleetwave.AttemptResult, jitter float64) (resul
 		a.InstanceVer, a.InstanceStat = res.Instance.Version, string(res.Instance.State)
 	}
 	return a, nil
+}
+
+// idHead returns the leading characters of v that an attempt id may hold
+// (at most 80): enough to tell what an unreadable queue entry is, without
+// the attempt's payload.
+func idHead(v string) string {
+	n := 0
+	for n < len(v) && n < 80 {
+		c := v[n]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			break
+		}
+		n++
+	}
+	return v[:n]
 }

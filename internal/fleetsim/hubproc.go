@@ -252,19 +252,26 @@ func (h histogram) within(bound float64) float64 {
 	return n / h.Count
 }
 
-// Max is the upper bound of the bucket holding the largest observation.
+// Max is the upper bound of the bucket holding the largest observation;
+// when that one is above every finite bucket, the largest finite bound
+// negated (the report prints "> bound" and counts it as missing its
+// target).
 func (h histogram) Max() time.Duration {
 	bounds := make([]float64, 0, len(h.Buckets))
 	for b := range h.Buckets {
 		bounds = append(bounds, b)
 	}
 	sort.Float64s(bounds)
+	largest := 0.0
 	for _, b := range bounds {
 		if h.Buckets[b] >= h.Count && h.Count > 0 {
 			if math.IsInf(b, 1) {
-				return 0
+				return -seconds(largest)
 			}
 			return seconds(b)
+		}
+		if !math.IsInf(b, 1) {
+			largest = b
 		}
 	}
 	return 0

@@ -123,4 +123,19 @@ func TestScrapeHistogramsByRoute(t *testing.T) {
 	if v := d.within(0.2); !math.IsNaN(v) {
 		t.Fatalf("within a bound without a bucket: %v, want NaN", v)
 	}
+	// the largest observation's bucket bound, or (above every bucket) the
+	// largest bound, which the report prints as "> bound", a miss
+	if got := d.Max(); got != 500*time.Millisecond {
+		t.Fatalf("max of the page's observations between the scrapes: %v, want the 500 ms bucket (0.2 s)", got)
+	}
+	plain.Observe(7)
+	h2, err := scrapeHistograms(srv.URL, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := h2["fleetwave_sync_seconds"].Max()
+	row := Row{Values: []float64{slow.Seconds()}, Unit: unitDuration, Target: 3, HasTarget: true}
+	if slow != -2*time.Second || row.format(row.Values[0]) != "> 2.00 s" || row.Met(0) {
+		t.Fatalf("a 7 s observation above buckets of 1 and 2 s: max %v, printed %q, met %v; want > 2.00 s, missed", slow, row.format(row.Values[0]), row.Met(0))
+	}
 }

@@ -34,7 +34,8 @@ type Row struct {
 
 // Met reports whether value i meets the row's target.
 func (r Row) Met(i int) bool {
-	return !r.HasTarget || (!math.IsNaN(r.Values[i]) && r.Values[i] <= r.Target)
+	v := r.Values[i]
+	return !r.HasTarget || (!math.IsNaN(v) && v >= 0 && v <= r.Target) // negative: above a bound
 }
 
 // Growth is the exponent k of value ~ N^k between the two largest runs
@@ -57,6 +58,9 @@ func (r Row) format(v float64) string {
 	}
 	switch r.Unit {
 	case unitDuration:
+		if v < 0 { // above every bucket of a histogram (histogram.Max)
+			return "> " + fmtDuration(seconds(-v))
+		}
 		return fmtDuration(seconds(v))
 	case unitBytes:
 		return fmtBytes(v)
@@ -174,7 +178,8 @@ func Rows(results []Result) []Row {
 		{Name: "GET /api/v1/rollouts/{id} p99", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
 		{Name: "  answered by the hub within 100 ms (its own histogram)", Values: col(func(r Result) float64 { return share(r.RolloutPage.HubWithin100ms) }), Unit: unitShare},
 		{Name: "items completed", Values: col(func(r Result) float64 { return float64(r.Completed) }), Unit: unitCount},
-		{Name: "items run and reported exactly once", Values: col(func(r Result) float64 { return float64(r.DoneOnce) }), Unit: unitCount},
+		{Name: "  of which by their one attempt's result (the others: by the node's report)", Values: col(func(r Result) float64 { return float64(r.DoneOnce) }), Unit: unitCount},
+		{Name: "items run twice (two successes taken)", Values: col(func(r Result) float64 { return float64(r.Duplicates) }), Unit: unitCount, Target: 0, HasTarget: true},
 	}
 }
 
