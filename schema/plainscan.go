@@ -204,8 +204,8 @@ func (d *cueScanner) list(depth int) ([]any, bool) {
 }
 
 // plainYAML decodes a YAML object file of one block mapping at the left
-// margin, indented with spaces only: keys that are plain words or
-// double-quoted strings; values that are double-quoted strings, canonical
+// margin, indented with spaces only: keys that are plain words or quoted
+// strings without escapes; values that are such strings, canonical
 // integers, true or false, plain words that YAML and CUE read as strings,
 // one-line flow collections in JSON's plain forms, block mappings and block
 // sequences of scalars; `#` comments. ASCII only.
