@@ -7,7 +7,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,15 +175,6 @@ type Repo struct {
 	// number of entries (Repo.tree).
 	trees       map[plumbing.Hash]*object.Tree
 	treeEntries int
-
-	// infos are the CommitInfos of the commits Files and CommitInfo read
-	// last, by full hash, under a lock of their own: the hub asks for the
-	// author of the commit it just synced while a status commit may hold
-	// mu for seconds (at 100,000 nodes a push waited there before its
-	// rollout was created). A hash names one commit, so an entry never
-	// goes stale.
-	infoMu sync.Mutex
-	infos  map[string]CommitInfo
 
 	// writes queues CommitFiles calls (held across a whole write, its
 	// callbacks and backoff included; mu only around git work), so the
@@ -494,13 +484,6 @@ type CommitInfo struct {
 
 // CommitInfo returns the author, committer time and subject of commit.
 func (r *Repo) CommitInfo(ctx context.Context, commit string) (CommitInfo, error) {
-	r.infoMu.Lock()
-	info, ok := r.infos[commit]
-	r.infoMu.Unlock()
-	if ok {
-		info.Trailers = slices.Clone(info.Trailers) // the caller's to change
-		return info, nil
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
@@ -510,31 +493,15 @@ func (r *Repo) CommitInfo(ctx context.Context, commit string) (CommitInfo, error
 	if err != nil {
 		return CommitInfo{}, err
 	}
-	return r.remember(c), nil
-}
-
-// maxCommitInfos bounds Repo.infos.
-const maxCommitInfos = 64
-
-// remember returns c's CommitInfo and keeps it for CommitInfo.
-func (r *Repo) remember(c *object.Commit) CommitInfo {
 	subject, _, _ := strings.Cut(strings.TrimLeft(c.Message, "\n"), "\n")
-	info := CommitInfo{
+	return CommitInfo{
 		Hash:     c.Hash.String(),
 		Author:   c.Author.Name,
 		Email:    c.Author.Email,
 		Subject:  strings.TrimSpace(subject),
 		When:     c.Committer.When,
 		Trailers: ParseTrailers(c.Message),
-	}
-	r.infoMu.Lock()
-	if r.infos == nil || len(r.infos) >= maxCommitInfos {
-		r.infos = map[string]CommitInfo{}
-	}
-	r.infos[info.Hash] = info
-	r.infoMu.Unlock()
-	info.Trailers = slices.Clone(info.Trailers)
-	return info
+	}, nil
 }
 
 var errClosed = errors.New("repo is closed")

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -254,70 +253,6 @@ func TestCommitInfoDescribesTheAuthor(t *testing.T) {
 	}
 	if info.Hash != head || info.Author != gittest.AuthorName || info.Email != gittest.AuthorEmail || info.Subject != "Add b" || info.When.IsZero() {
 		t.Fatalf("CommitInfo = %+v", info)
-	}
-}
-
-// TestCommitInfoOfTheSyncedCommitDoesNotWaitForTheLock: the author of
-// the commit Files read last is answered while the repository's lock is
-// held (a status commit holds it for seconds at 100,000 nodes), and it is
-// what a read under the lock gives; a commit Files never read waits for
-// the lock.
-func TestCommitInfoOfTheSyncedCommitDoesNotWaitForTheLock(t *testing.T) {
-	isolateGit(t)
-	url := gittest.NewRemote(t, map[string]string{"a.json": "{}"})
-	r := open(t, url)
-	first := fetch(t, r)
-	head := gittest.Push(t, url, map[string]string{"b.json": "{}"}, nil, "Add b\n\nFleetwave-Actor: alice")
-	fetch(t, r)
-	ctx := context.Background()
-	if _, _, err := r.Files(ctx, head); err != nil {
-		t.Fatal(err)
-	}
-	r.mu.Lock()
-	got := make(chan CommitInfo, 1)
-	go func() {
-		info, err := r.CommitInfo(ctx, head)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- info
-	}()
-	var info CommitInfo
-	select {
-	case info = <-got:
-	case <-time.After(10 * time.Second):
-		r.mu.Unlock()
-		t.Fatal("CommitInfo of the commit Files read waited for the repository's lock")
-	}
-	other := make(chan struct{})
-	go func() {
-		if _, err := r.CommitInfo(ctx, first); err != nil {
-			t.Error(err)
-		}
-		close(other)
-	}()
-	select {
-	case <-other:
-		t.Error("CommitInfo of a commit never read did not wait for the lock")
-	case <-time.After(200 * time.Millisecond):
-	}
-	r.mu.Unlock()
-	<-other
-	kept := info
-	kept.Trailers = slices.Clone(info.Trailers)
-	info.Trailers[0].Value = "changed by the caller"
-	again, _ := r.CommitInfo(ctx, head) // kept, not changed by the caller
-	r.infoMu.Lock()
-	r.infos = nil // read again under the lock
-	r.infoMu.Unlock()
-	want, err := r.CommitInfo(ctx, head)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want.Hash != head || want.Email != gittest.AuthorEmail || len(want.Trailers) != 1 || want.Trailers[0].Value != "alice" ||
-		len(again.Trailers) != 1 || again.Trailers[0].Value != "alice" ||
-		kept.Hash != want.Hash || kept.Email != want.Email || kept.Subject != want.Subject || !kept.When.Equal(want.When) || !slices.Equal(kept.Trailers, want.Trailers) {
-		t.Fatalf("kept %+v, read again %+v, read under the lock %+v", kept, again, want)
 	}
 }
 

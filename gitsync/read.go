@@ -62,7 +62,6 @@ func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []f
 	if err != nil {
 		return nil, nil, err
 	}
-	r.remember(c) // the hub asks for its author next (CommitInfo)
 	return r.treeFiles(ctx, r.repo.Storer, c.TreeHash)
 }
 
