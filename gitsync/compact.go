@@ -1,7 +1,10 @@
 package gitsync
 
 import (
+	"crypto"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/go-git/go-git/v5/plumbing/hash"
 )
 
 // compactAt is the number of packs in the mirror from which compact merges
@@ -64,33 +68,7 @@ func (r *Repo) compact() (int, error) {
 	if len(merge) < 2 {
 		return 0, nil
 	}
-	seen := map[plumbing.Hash]bool{}
-	var objs []plumbing.EncodedObject
-	for _, p := range merge {
-		hashes, err := packHashes(p.base + ".idx")
-		if err != nil {
-			return 0, err
-		}
-		for _, h := range hashes {
-			if seen[h] {
-				continue
-			}
-			seen[h] = true
-			obj, err := r.repo.Storer.EncodedObject(plumbing.AnyObject, h)
-			if err != nil {
-				return 0, fmt.Errorf("compact: read %s: %w", h, err)
-			}
-			mem, err := inMemory(obj)
-			if err == nil && mem.Hash() != h {
-				err = fmt.Errorf("content hashes to %s", mem.Hash())
-			}
-			if err != nil {
-				return 0, fmt.Errorf("compact: read %s: %w", h, err)
-			}
-			objs = append(objs, mem)
-		}
-	}
-	p, err := encodePack(objs, runtime.GOMAXPROCS(0))
+	p, err := r.mergePacks(merge)
 	if err != nil {
 		return 0, fmt.Errorf("compact: %w", err)
 	}
@@ -99,8 +77,8 @@ func (r *Repo) compact() (int, error) {
 	}
 	fs.Reindex()
 	kept, err := packHashes(filepath.Join(dir, "pack-"+p.sum.String()+".idx"))
-	if err != nil || len(kept) != len(objs) {
-		return 0, fmt.Errorf("compact: new pack %s holds %d of %d objects (%v)", p.sum, len(kept), len(objs), err)
+	if err != nil || len(kept) != len(p.hashes) {
+		return 0, fmt.Errorf("compact: new pack %s holds %d of %d objects (%v)", p.sum, len(kept), len(p.hashes), err)
 	}
 	for _, old := range merge {
 		if old.base == filepath.Join(dir, "pack-"+p.sum.String()) {
@@ -118,6 +96,187 @@ func (r *Repo) compact() (int, error) {
 		return 0, fmt.Errorf("compact: %w", err)
 	}
 	return len(merge), nil
+}
+
+// mergePacks returns one pack holding every object of packs. A whole
+// object (not a delta) is copied as its pack holds it, compressed, after
+// its CRC-32 is checked against the index: our own packs hold only whole
+// objects, and a compaction that inflated and compressed each again took
+// 5 s for 31 status commits of a directory of 100,000 files. A delta
+// (from a fetched pack) is read through the mirror, resolved, and
+// compressed again as a whole object, its content hashed against its id.
+func (r *Repo) mergePacks(packs []packFile) (*encodedPack, error) {
+	seen := map[plumbing.Hash]bool{}
+	var srcs []rawPack
+	var deltas []plumbing.Hash
+	for _, p := range packs {
+		src, err := readRawPack(p.base)
+		if err != nil {
+			return nil, err
+		}
+		whole := src.entries[:0]
+		for _, e := range src.entries {
+			if seen[e.Hash] {
+				continue
+			}
+			seen[e.Hash] = true
+			if t := plumbing.ObjectType(src.data[e.Offset] >> 4 & 7); t.IsDelta() {
+				deltas = append(deltas, e.Hash)
+				continue
+			}
+			whole = append(whole, e)
+		}
+		src.entries = whole
+		srcs = append(srcs, src)
+	}
+	if len(deltas) > 0 {
+		objs := make([]plumbing.EncodedObject, 0, len(deltas))
+		for _, h := range deltas {
+			obj, err := r.repo.Storer.EncodedObject(plumbing.AnyObject, h)
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", h, err)
+			}
+			mem, err := inMemory(obj)
+			if err == nil && mem.Hash() != h {
+				err = fmt.Errorf("content hashes to %s", mem.Hash())
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", h, err)
+			}
+			objs = append(objs, mem)
+		}
+		p, err := encodePack(objs, runtime.GOMAXPROCS(0))
+		if err != nil {
+			return nil, err
+		}
+		src := rawPack{data: p.data, name: "the resolved deltas"}
+		for _, h := range p.hashes {
+			off, err := p.idx.FindOffset(h)
+			if err != nil {
+				return nil, err
+			}
+			crc, err := p.idx.FindCRC32(h)
+			if err != nil {
+				return nil, err
+			}
+			src.entries = append(src.entries, idxfile.Entry{Hash: h, Offset: uint64(off), CRC32: crc})
+		}
+		src.ends = entryEnds(src.entries, len(src.data))
+		srcs = append(srcs, src)
+	}
+	return concatPacks(srcs)
+}
+
+// rawPack is a pack's bytes and the entries to take from it, with the end
+// of every entry of the pack by offset (ends).
+type rawPack struct {
+	name    string
+	data    []byte
+	entries []idxfile.Entry
+	ends    map[uint64]uint64
+}
+
+// readRawPack reads the pack at base (.pack and .idx) and its entries in
+// offset order.
+func readRawPack(base string) (rawPack, error) {
+	name := filepath.Base(base)
+	f, err := os.Open(base + ".idx")
+	if err != nil {
+		return rawPack{}, err
+	}
+	defer f.Close()
+	idx := idxfile.NewMemoryIndex()
+	if err := idxfile.NewDecoder(f).Decode(idx); err != nil {
+		return rawPack{}, fmt.Errorf("read %s.idx: %w", name, err)
+	}
+	data, err := os.ReadFile(base + ".pack")
+	if err != nil {
+		return rawPack{}, err
+	}
+	if len(data) < packHeaderLen+hash.Size || string(data[:4]) != "PACK" {
+		return rawPack{}, fmt.Errorf("%s.pack: not a pack", name)
+	}
+	it, err := idx.EntriesByOffset()
+	if err != nil {
+		return rawPack{}, err
+	}
+	defer it.Close()
+	src := rawPack{name: name + ".pack", data: data}
+	for {
+		e, err := it.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return rawPack{}, fmt.Errorf("read %s.idx: %w", name, err)
+		}
+		if e.Offset < packHeaderLen || e.Offset >= uint64(len(data)-hash.Size) {
+			return rawPack{}, fmt.Errorf("%s: object %s at offset %d, outside the pack", src.name, e.Hash, e.Offset)
+		}
+		src.entries = append(src.entries, *e)
+	}
+	src.ends = entryEnds(src.entries, len(data))
+	return src, nil
+}
+
+// entryEnds maps the offset of each entry (entries in offset order) to
+// the offset where it ends: the next entry's, or the trailing checksum's.
+func entryEnds(entries []idxfile.Entry, size int) map[uint64]uint64 {
+	ends := make(map[uint64]uint64, len(entries))
+	for i, e := range entries {
+		end := uint64(size - hash.Size)
+		if i+1 < len(entries) {
+			end = entries[i+1].Offset
+		}
+		ends[e.Offset] = end
+	}
+	return ends
+}
+
+// concatPacks writes the entries of srcs, as they are, into one pack with
+// its index.
+func concatPacks(srcs []rawPack) (*encodedPack, error) {
+	size, count := packHeaderLen+hash.Size, 0
+	for _, src := range srcs {
+		for _, e := range src.entries {
+			size += int(src.ends[e.Offset] - e.Offset)
+			count++
+		}
+	}
+	p := &encodedPack{data: make([]byte, packHeaderLen, size), hashes: make([]plumbing.Hash, 0, count)}
+	copy(p.data, "PACK")
+	binary.BigEndian.PutUint32(p.data[4:], 2)
+	binary.BigEndian.PutUint32(p.data[8:], uint32(count))
+	iw := new(idxfile.Writer)
+	if err := iw.OnHeader(uint32(count)); err != nil {
+		return nil, err
+	}
+	for _, src := range srcs {
+		for _, e := range src.entries {
+			entry := src.data[e.Offset:src.ends[e.Offset]]
+			if crc := crc32.ChecksumIEEE(entry); crc != e.CRC32 {
+				return nil, fmt.Errorf("%s: object %s at offset %d: CRC-32 %08x, index says %08x", src.name, e.Hash, e.Offset, crc, e.CRC32)
+			}
+			if err := iw.OnInflatedObjectContent(e.Hash, int64(len(p.data)), e.CRC32, nil); err != nil {
+				return nil, err
+			}
+			p.data = append(p.data, entry...)
+			p.hashes = append(p.hashes, e.Hash)
+		}
+	}
+	sh := hash.New(crypto.SHA1)
+	_, _ = sh.Write(p.data)
+	copy(p.sum[:], sh.Sum(nil))
+	p.data = append(p.data, p.sum[:]...)
+	if err := iw.OnFooter(p.sum); err != nil {
+		return nil, err
+	}
+	idx, err := iw.Index()
+	if err != nil {
+		return nil, err
+	}
+	p.idx = idx
+	return p, nil
 }
 
 // geometricCut returns how many of packs (sorted by size, smallest

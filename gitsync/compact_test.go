@@ -2,11 +2,16 @@ package gitsync
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 )
@@ -117,4 +122,152 @@ func TestCompactionRewritesEachObjectFewTimes(t *testing.T) {
 		t.Fatalf("merging all but the largest rewrote %d units, the geometric cut %d: want the cut to save 10x or more", all, rewritten)
 	}
 	t.Logf("units rewritten for 10,000 written: geometric %d, all but the largest %d", rewritten, all)
+}
+
+// bigFile is a JSON document of many lines, version v changing one line:
+// git stores its versions as deltas of one another.
+func bigFile(v int) string {
+	var b strings.Builder
+	b.WriteString("{\"v\": [\n")
+	for i := range 400 {
+		if i == 200 {
+			fmt.Fprintf(&b, "  %d,\n", v)
+			continue
+		}
+		fmt.Fprintf(&b, "  \"line %04d of a document long enough for git to store its versions as deltas\",\n", i)
+	}
+	b.WriteString("  0]}\n")
+	return b.String()
+}
+
+// deltaPacks returns the mirror's packs holding at least one delta.
+func deltaPacks(t *testing.T, packDir string) map[string]bool {
+	t.Helper()
+	packs, err := listPacks(packDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range packs {
+		src, err := readRawPack(p.base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range src.entries {
+			if plumbing.ObjectType(src.data[e.Offset] >> 4 & 7).IsDelta() {
+				out[p.base] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestCompactionResolvesFetchedDeltas merges, besides the status commits'
+// packs of whole objects (copied as they are), a fetched pack in which git
+// stored versions of a file as deltas: after the compaction every version
+// reads back, from go-git and from git (fsck --full), and the deltas'
+// pack is gone.
+func TestCompactionResolvesFetchedDeltas(t *testing.T) {
+	isolateGit(t)
+	// the clone's pack must stay the largest (compaction leaves it alone)
+	noise := make([]byte, 64<<10)
+	_, _ = rand.NewChaCha8([32]byte{3, 4}).Read(noise)
+	url := gittest.NewRemote(t, map[string]string{"nodes/big.json": bigFile(0), "README.md": hex.EncodeToString(noise)})
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	fetch(t, r)
+	ctx := context.Background()
+	// three commits fetched at once: one pack, with deltas between them
+	var commits []string
+	for v := 1; v <= 3; v++ {
+		commits = append(commits, gittest.Push(t, url, map[string]string{"nodes/big.json": bigFile(v)}, nil, fmt.Sprintf("v%d", v)))
+	}
+	fetch(t, r)
+	packDir := filepath.Join(dir, "objects", "pack")
+	withDeltas := deltaPacks(t, packDir)
+	if len(withDeltas) == 0 {
+		t.Fatal("no fetched pack holds a delta: the test does not test what it says")
+	}
+	for i := 1; i <= compactAt; i++ {
+		files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
+		if _, err := r.CommitStatus(ctx, files, fmt.Sprintf("Status %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range withDeltas {
+		if regularFile(p + ".pack") {
+			t.Fatalf("%s (with deltas) was not merged", filepath.Base(p))
+		}
+	}
+	// the deltas were resolved, not copied: an offset delta copied could
+	// point at another object once entries around it are left out
+	if still := deltaPacks(t, packDir); len(still) > 0 {
+		t.Fatalf("packs with deltas after the compaction: %v", still)
+	}
+	for v, c := range commits {
+		files, problems, err := r.Files(ctx, c)
+		if err != nil || len(problems) != 0 {
+			t.Fatalf("files at %s: %v %v", c, problems, err)
+		}
+		if got := string(files["nodes/big.json"]); got != bigFile(v+1) {
+			t.Fatalf("nodes/big.json at v%d: %d bytes, want %d", v+1, len(got), len(bigFile(v+1)))
+		}
+	}
+	gittest.Git(t, dir, "fsck", "--full", "--strict")
+}
+
+// TestCompactionRefusesACorruptEntry flips one byte inside a status pack's
+// object: the compaction fails on its CRC-32 and removes no pack (the
+// damaged object stays as it was, for git fsck to find).
+func TestCompactionRefusesACorruptEntry(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"n": 0}`})
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	fetch(t, r)
+	ctx := context.Background()
+	status := func(i int) {
+		t.Helper()
+		files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
+		if _, err := r.CommitStatus(ctx, files, fmt.Sprintf("Status %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < compactAt-1; i++ {
+		status(i)
+	}
+	packDir := filepath.Join(dir, "objects", "pack")
+	packs, err := listPacks(packDir)
+	if err != nil || len(packs) != compactAt-1 {
+		t.Fatalf("%d packs (%v), want %d", len(packs), err, compactAt-1)
+	}
+	sort.Slice(packs, func(i, j int) bool { return packs[i].size < packs[j].size })
+	victim := packs[0].base + ".pack"
+	data, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[packHeaderLen+3] ^= 0xff // inside the first entry's compressed bytes
+	if err := os.Chmod(victim, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// the status commit that makes compactAt packs tries to compact them
+	// (and logs why it could not), then a compaction is asked for directly
+	status(compactAt)
+	if packs, err = listPacks(packDir); err != nil || len(packs) != compactAt {
+		t.Fatalf("%d packs after the last status commit (%v), want %d", len(packs), err, compactAt)
+	}
+	r.mu.Lock()
+	n, err := r.compact()
+	r.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "CRC-32") {
+		t.Fatalf("compact = %d, %v; want a CRC-32 error", n, err)
+	}
+	after, err := listPacks(packDir)
+	if err != nil || len(after) != len(packs) {
+		t.Fatalf("%d packs after the refused compaction (%v), want all %d kept", len(after), err, len(packs))
+	}
 }

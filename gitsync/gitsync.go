@@ -175,6 +175,9 @@ type Repo struct {
 	// number of entries (Repo.tree).
 	trees       map[plumbing.Hash]*object.Tree
 	treeEntries int
+	// kept are the large trees the last status commit wrote, decoded
+	// (treeEditor): the next one edits them.
+	kept map[plumbing.Hash]*object.Tree
 
 	// writes queues CommitFiles calls (held across a whole write, its
 	// callbacks and backoff included; mu only around git work), so the

@@ -266,17 +266,23 @@ func (e *entryEncoder) add(obj plumbing.EncodedObject) error {
 	return e.zw.Close()
 }
 
-// directPackMin is the number of objects from which storePack writes a
-// pack into a filesystem storage itself. go-git's pack writer parses the
-// pack it is given again (inflating and hashing every object: about 17 µs
-// an object, 170 ms for a status commit of 10,000 files), but registers it
-// at no cost; a pack written beside it needs a Reindex, after which go-git
-// reloads every pack index of the mirror (about 0.25 ms a pack, measured
-// on a loaded 2-core machine).
-const directPackMin = 2048
+// directPackMin is the number of objects, and directPackBytes their
+// inflated size, from which storePack writes a pack into a filesystem
+// storage itself. go-git's pack writer parses the pack it is given again
+// (inflating and hashing every object: about 17 µs an object, 170 ms for a
+// status commit of 10,000 files; a directory of 100,000 files is a tree of
+// 4 MB, 10 ms to inflate and hash again), but registers it at no cost; a
+// pack written beside it needs a Reindex, after which go-git reloads every
+// pack index of the mirror (about 0.25 ms a pack, measured on a loaded
+// 2-core machine).
+const (
+	directPackMin   = 2048
+	directPackBytes = 1 << 20
+)
 
 // storePack makes p's objects (objs, in p's order) readable from s. A pack
-// of at least directPackMin objects going to a go-git filesystem storage
+// of at least directPackMin objects or directPackBytes inflated bytes
+// going to a go-git filesystem storage
 // whose objects live in its own directory (not a linked worktree's common
 // one) is written next to the other packs with its index (each synced, then
 // renamed into place, index first as go-git's own pack writer does, so
@@ -284,7 +290,7 @@ const directPackMin = 2048
 // reload its pack indexes. Smaller packs, and other storages, go through
 // the storage's pack writer, or else object by object.
 func storePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.EncodedObject) error {
-	if fs, dir, ok := packDir(s); ok && len(objs) >= directPackMin {
+	if fs, dir, ok := packDir(s); ok && (len(objs) >= directPackMin || inflatedSize(objs) >= directPackBytes) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("write pack: %w", err)
 		}
@@ -319,6 +325,15 @@ func storePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.Enc
 		}
 	}
 	return nil
+}
+
+// inflatedSize is the size of objs' contents.
+func inflatedSize(objs []plumbing.EncodedObject) int64 {
+	var n int64
+	for _, o := range objs {
+		n += o.Size()
+	}
+	return n
 }
 
 // packDir returns s as a go-git filesystem storage and its pack directory,
