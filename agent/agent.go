@@ -28,7 +28,8 @@ type Config struct {
 	// Capabilities and DataAddresses are advertised in every full report.
 	Capabilities  []string
 	DataAddresses map[string]string
-	// PollWait is the long-poll wait, default 10s (the hub caps it at 30s).
+	// PollWait is the long-poll wait, default 10s (the hub caps it at its
+	// agents.max_poll_wait, 30s unless set).
 	PollWait time.Duration
 	// ReportInterval is the period of full reports, default 30s.
 	ReportInterval time.Duration

@@ -548,6 +548,16 @@ func TestRoutes(t *testing.T) {
 			wantStatus: 200, wantBody: []string{`{"attempts":[]}`}, wantCalls: []string{"poll node-a 30s"},
 		},
 		{
+			name: "attempts caps the wait at WithMaxPollWait", opts: []api.Option{api.WithMaxPollWait(2 * time.Minute)},
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=5m", token: "token-a"},
+			wantStatus: 200, wantBody: []string{`{"attempts":[]}`}, wantCalls: []string{"poll node-a 2m0s"},
+		},
+		{
+			name: "attempts caps whole seconds at WithMaxPollWait", opts: []api.Option{api.WithMaxPollWait(2 * time.Minute)},
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=100", token: "token-a"},
+			wantStatus: 200, wantCalls: []string{"poll node-a 1m40s"},
+		},
+		{
 			name:       "attempts accepts whole seconds",
 			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=7", token: "token-a"},
 			wantStatus: 200, wantCalls: []string{"poll node-a 7s"},

@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fleetwave/fleetwave/api"
 	"github.com/fleetwave/fleetwave/gitsync"
 )
 
@@ -228,7 +229,18 @@ type StatusConfig struct {
 // node's bearer token (the token itself never enters the hub config).
 type AgentsConfig struct {
 	Tokens map[string]string `yaml:"tokens"`
+	// MaxPollWait caps the wait of an agent's long poll (default 30s,
+	// between 1s and 10m). Agents ask for their poll_wait; an idle fleet
+	// of n agents polls about n / wait times a second, so a large fleet
+	// does better with longer waits (e.g. 2m for 100,000 agents, with
+	// poll_wait: 2m on the agents). A dispatch ends a waiting poll at
+	// once whatever its wait.
+	MaxPollWait Duration `yaml:"max_poll_wait"`
 }
+
+// MaxPollWaitLimit bounds agents.max_poll_wait: proxies and load
+// balancers commonly cut a request silent for longer.
+const MaxPollWaitLimit = 10 * time.Minute
 
 // Duration is a time.Duration written as "5s" in YAML.
 type Duration time.Duration
@@ -287,6 +299,9 @@ func (c *Config) SetDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
+	if c.Agents.MaxPollWait == 0 {
+		c.Agents.MaxPollWait = Duration(api.DefaultMaxPollWait)
+	}
 	if c.Status.Interval == 0 {
 		c.Status.Interval = Duration(5 * time.Second)
 	}
@@ -327,6 +342,9 @@ func (c *Config) Validate() error {
 		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
 			errs = append(errs, fmt.Errorf("agents.tokens.%s: want the hex sha256 of the token (64 hex characters)", node))
 		}
+	}
+	if d := c.Agents.MaxPollWait.D(); d < time.Second || d > MaxPollWaitLimit {
+		errs = append(errs, fmt.Errorf("agents.max_poll_wait %s: want between 1s and %s", d, MaxPollWaitLimit))
 	}
 	seen := map[string]bool{}
 	for i, id := range c.Identities {

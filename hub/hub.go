@@ -236,7 +236,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	h.metrics = newMetrics(h)
-	h.server = newServer(api.New(h, api.WithLogger(base.With().Str("component", "api").Logger()), api.WithMetrics(h.metrics.reg, h.metrics.reg)),
+	h.server = newServer(api.New(h, api.WithLogger(base.With().Str("component", "api").Logger()), api.WithMetrics(h.metrics.reg, h.metrics.reg),
+		api.WithMaxPollWait(cfg.Agents.MaxPollWait.D())),
 		defaultServerLimits, base.With().Str("component", "http").Logger())
 	if len(cfg.Agents.Tokens) == 0 {
 		h.log.Warn().Msg("no agent tokens configured: no agent can connect")

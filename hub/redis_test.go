@@ -300,8 +300,21 @@ func TestLoadConfigRejectsUnknownFieldsAndAppliesDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Redis != "managed" || c.Repo.Branch != "main" || c.Listen != "127.0.0.1:8080" || c.LeaseTTL.D() != 15*time.Second {
+	if c.Redis != "managed" || c.Repo.Branch != "main" || c.Listen != "127.0.0.1:8080" || c.LeaseTTL.D() != 15*time.Second ||
+		c.Agents.MaxPollWait.D() != 30*time.Second {
 		t.Fatalf("defaults = %+v", c)
+	}
+	for wait, ok := range map[string]bool{"2m": true, "10m": true, "500ms": false, "11m": false} {
+		if err := os.WriteFile(p, []byte("repo:\n  url: file:///x.git\ndata_dir: /tmp/x\nagents:\n  max_poll_wait: "+wait+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadConfig(p)
+		switch {
+		case ok && (err != nil || c.Agents.MaxPollWait.D().String() != map[string]string{"2m": "2m0s", "10m": "10m0s"}[wait]):
+			t.Fatalf("max_poll_wait %s: %v, %v", wait, c.Agents.MaxPollWait, err)
+		case !ok && (err == nil || !strings.Contains(err.Error(), "agents.max_poll_wait")):
+			t.Fatalf("max_poll_wait %s: err = %v, want it refused by name", wait, err)
+		}
 	}
 }
 

@@ -87,7 +87,12 @@ func freePort() (int, error) {
 
 // startHub writes hub.yaml into dir and starts the hub on it; it returns
 // once /readyz answers 200 (or fails after timeout).
-func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, statusInterval, staleAfter, timeout time.Duration, logLevel string) (*hubProc, error) {
+// hubSettings are the hub.yaml settings a scale run chooses.
+type hubSettings struct {
+	statusInterval, staleAfter, maxPollWait time.Duration
+}
+
+func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, set hubSettings, timeout time.Duration, logLevel string) (*hubProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
@@ -102,10 +107,10 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		"redis":       "managed",
 		"listen":      fmt.Sprintf("127.0.0.1:%d", port),
 		"data_dir":    dataDir,
-		"status":      map[string]any{"interval": statusInterval.String()},
-		"agents":      map[string]any{"tokens": tokens},
+		"status":      map[string]any{"interval": set.statusInterval.String()},
+		"agents":      map[string]any{"tokens": tokens, "max_poll_wait": set.maxPollWait.String()},
 		"lease_ttl":   "15s",
-		"stale_after": staleAfter.String(),
+		"stale_after": set.staleAfter.String(),
 		"debug":       map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)},
 	}
 	b, err := json.Marshal(cfg) // JSON is YAML

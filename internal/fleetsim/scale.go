@@ -91,9 +91,12 @@ func latencyOf(d []time.Duration, errs int) Latency {
 type Result struct {
 	Nodes, Pollers, MaxConcurrent int
 	ActionDuration                time.Duration
-	Started                       time.Time
-	Load                          string // the machine's load averages at the start
-	LoadEnd                       string // and at the end
+	// PollWait is the agents' long poll wait (0 in runs recorded before
+	// it was: the fleet's default, 25 s).
+	PollWait time.Duration `json:",omitempty"`
+	Started  time.Time
+	Load     string // the machine's load averages at the start
+	LoadEnd  string // and at the end
 
 	Validate     time.Duration // `fleetwave validate` of the whole tree, wall time
 	Register     time.Duration // every agent registered, from the fleet's start
@@ -272,7 +275,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, sc.Timeout)
 	defer cancel()
 
-	res = Result{Nodes: sc.Nodes, MaxConcurrent: sc.MaxConcurrent, ActionDuration: sc.Duration, Started: time.Now().UTC(), Load: uptime()}
+	res = Result{Nodes: sc.Nodes, MaxConcurrent: sc.MaxConcurrent, ActionDuration: sc.Duration, PollWait: PollWait(sc.Nodes),
+		Started: time.Now().UTC(), Load: uptime()}
 	dir := sc.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "fwscale"); err != nil {
@@ -320,7 +324,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, sc.StatusInterval, StaleAfter(sc.Nodes), 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
+	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, hubSettings{statusInterval: sc.StatusInterval, staleAfter: StaleAfter(sc.Nodes),
+		maxPollWait: max(30*time.Second, PollWait(sc.Nodes))}, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
 	if err != nil {
 		return res, err
 	}
@@ -334,6 +339,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		// full reports as a real agent sends them: an attempt the hub
 		// counted lost (a late result) is settled by the next report
 		ReportEvery: ReportEvery(sc.Nodes),
+		Wait:        PollWait(sc.Nodes),
 	})
 	if err != nil {
 		return res, err
@@ -581,6 +587,15 @@ func committedItems(ctx context.Context, dir, remote, id string) (completed, par
 // their deadlines.
 func ReportEvery(n int) time.Duration {
 	return max(30*time.Second, time.Duration(n)*time.Second/500)
+}
+
+// PollWait is the agents' long poll wait (poll_wait, with the hub's
+// agents.max_poll_wait at least as long) the scale runs use for a fleet
+// of n agents: 25 s up to 25,000 agents, then longer, so that the idle
+// fleet polls about 1,000 times a second (100 s at 100,000). At 25 s,
+// 100,000 agents sent 4,000 polls a second that carried nothing.
+func PollWait(n int) time.Duration {
+	return max(25*time.Second, time.Duration(n)*time.Second/1000)
 }
 
 // StaleAfter is the hub's stale_after that goes with ReportEvery(n):
