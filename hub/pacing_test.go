@@ -26,6 +26,21 @@ func TestPacerSpacesStepsAskedForBySoon(t *testing.T) {
 	}
 }
 
+// TestStatusWritesAreSpacedByTheirOwnDuration: results are written at
+// most every status.interval, and no sooner than the last write took.
+func TestStatusWritesAreSpacedByTheirOwnDuration(t *testing.T) {
+	h := &Hub{cfg: Config{Status: StatusConfig{Interval: Duration(2 * time.Second)}}}
+	for took, want := range map[time.Duration]time.Duration{
+		300 * time.Millisecond: 2 * time.Second,
+		2 * time.Second:        2 * time.Second,
+		7 * time.Second:        7 * time.Second,
+	} {
+		if got := h.statusSpacing(took); got != want {
+			t.Fatalf("statusSpacing(%v) = %v, want %v", took, got, want)
+		}
+	}
+}
+
 func snapOf(commit string, objects map[string]string, triggers ...*fleetwave.Trigger) *fleetwave.Snapshot {
 	s := &fleetwave.Snapshot{Commit: commit, Objects: map[fleetwave.ObjectKey]fleetwave.Object{}, Triggers: map[string]*fleetwave.Trigger{}}
 	for k, hash := range objects {
