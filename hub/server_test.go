@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,6 +289,45 @@ func TestLongPollOverH2CGetsItsAttempt(t *testing.T) {
 	}
 	if len(got.Attempts) != 1 || got.Attempts[0].ID != "att-n1" {
 		t.Fatalf("attempts = %+v, want att-n1", got.Attempts)
+	}
+}
+
+// TestLongPollOutlastsTheServerLimits: with agents.max_poll_wait above
+// the server's backstops (here a 6 s poll against a 3 s body backstop and
+// a 1 s write deadline), a poll that finds nothing is held for its whole
+// wait and answered, on both protocols; a wait above the cap is cut to it.
+func TestLongPollOutlastsTheServerLimits(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	waits := map[string]time.Duration{}
+	h := &agentHub{poll: func(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
+		mu.Lock()
+		waits[node] = wait
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+			return nil, nil
+		}
+	}}
+	addr := startAPI(t, h, testLimits, append(slices.Clone(testAPIOptions), api.WithMaxPollWait(6*time.Second))...)
+	for node, proto := range map[string]string{"n1": "http/1.1", "n2": "h2c"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			r := send(t, client(t, proto, newDialLog()), "GET", "http://"+addr+"/api/v1/agent/nodes/"+node+"/attempts?wait=1m", "tok-"+node, nil)
+			took := time.Since(start)
+			if r.status != 200 || r.body != `{"attempts":[]}`+"\n" {
+				t.Fatalf("poll answered %d %q after %v", r.status, r.body, took)
+			}
+			mu.Lock()
+			wait := waits[node]
+			mu.Unlock()
+			if wait != 6*time.Second || took < 6*time.Second {
+				t.Fatalf("poll held %v for a wait of %v, want the 6s cap held in full", took, wait)
+			}
+		})
 	}
 }
 
