@@ -105,6 +105,9 @@ type Hub struct {
 	// goroutine only; forgotten when the fence changes).
 	rendered      map[string]*renderedDoc
 	renderedFence int64
+	// nodeInputs are what each node's status document was last built
+	// from (statusFiles), kept and forgotten with rendered.
+	nodeInputs map[string]nodeInputs
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/

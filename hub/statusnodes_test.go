@@ -1,0 +1,145 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/reconciler"
+	"github.com/fleetwave/fleetwave/status"
+)
+
+// TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged writes status several
+// times while each input of a node's document changes for some nodes (a
+// report, the snapshot's node, staleness, a version reported, an item
+// waiting, a hold): each write builds the documents of those nodes only,
+// and after every write the documents committed so far are, node by node,
+// what a hub that kept nothing builds (real redis-server, real mirror).
+func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
+	h, clk := engineHub(t)
+	ctx := context.Background()
+	repo, err := gitsync.Open(ctx, gitsync.Source{URL: gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}), Dir: filepath.Join(t.TempDir(), "mirror")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = repo.Close() })
+	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.repo, h.fence, h.metrics = repo, fence, newMetrics(h)
+	h.cfg.StaleAfter = Duration(2 * time.Minute)
+	nodes := map[string]*fleetwave.Node{}
+	for i := range 8 {
+		id := fmt.Sprintf("n%d", i)
+		nodes[id] = &fleetwave.Node{ID: id}
+	}
+	h.snapshot = &fleetwave.Snapshot{Nodes: maps.Clone(nodes)}
+	report := func(node, version string) {
+		t.Helper()
+		r := fleetwave.Report{Node: node, AgentVersion: "1.0.0", SentAt: clk.Now(),
+			Instances: []fleetwave.InstanceStatus{{Block: "web", Version: version, Generation: 1}}}
+		if err := h.Report(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := range nodes {
+		report(id, "1")
+	}
+
+	committed := map[string][]byte{} // the node documents written so far
+	write := func(step string) (built []string) {
+		t.Helper()
+		b, err := h.statusFiles(ctx, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		for p, data := range b.files {
+			if strings.HasPrefix(p, "status/nodes/") {
+				committed[p] = data
+			}
+		}
+		built = b.nodesBuilt
+		for _, p := range b.rendered {
+			h.rendered[p].data = nil // landed
+		}
+		// a hub that kept nothing builds every document: the same bytes
+		rendered, inputs := h.rendered, h.nodeInputs
+		h.rendered, h.nodeInputs = map[string]*renderedDoc{}, nil
+		fresh, err := h.statusFiles(ctx, nil)
+		h.rendered, h.nodeInputs = rendered, inputs
+		if err != nil {
+			t.Fatalf("%s, built afresh: %v", step, err)
+		}
+		for id := range nodes {
+			p := status.NodePath(id)
+			if string(committed[p]) != string(fresh.files[p]) {
+				t.Fatalf("%s: %s is\n%s\nbuilt afresh:\n%s", step, p, committed[p], fresh.files[p])
+			}
+		}
+		return built
+	}
+	expect := func(step string, built []string, want ...string) {
+		t.Helper()
+		got := map[string]bool{}
+		for _, id := range built {
+			got[id] = true
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: built %v, want %v", step, built, want)
+		}
+		for _, id := range want {
+			if !got[id] {
+				t.Fatalf("%s: built %v, want %v", step, built, want)
+			}
+		}
+	}
+
+	expect("first write", write("first write"), "n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7")
+	expect("nothing changed", write("nothing changed"))
+
+	clk.Advance(10 * time.Second)
+	report("n1", "2") // a new version: the report, and the versions seen
+	expect("n1 reported 2", write("n1 reported 2"), "n1")
+
+	next := maps.Clone(nodes)
+	next["n2"] = &fleetwave.Node{ID: "n2", Drain: true}
+	delete(next, "n3") // no longer in the repository
+	h.snapshot = &fleetwave.Snapshot{Nodes: next}
+	expect("n2 drained, n3 removed", write("n2 drained, n3 removed"), "n2", "n3")
+
+	h.problems = []reconciler.Problem{{Node: "n4", Block: "web", Trigger: "web", Reason: "invalid_config", Message: "bad"}}
+	expect("n4 held", write("n4 held"), "n4")
+
+	spec := fleetwave.RolloutSpec{BaseID: "web-g2", MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 2, Kind: fleetwave.SourceScheduler}}
+	for _, n := range []string{"n5", "n6"} {
+		spec.Items = append(spec.Items, fleetwave.ItemSpec{Node: n, Block: "web", Action: fleetwave.ActionUpgrade, Generation: 2,
+			TargetVersion: "2", Payload: fleetwave.AttemptPayload{Command: "true", TimeoutSeconds: 60}})
+	}
+	if _, _, err := h.eng.CreateRollout(ctx, fence, spec); err != nil {
+		t.Fatal(err)
+	}
+	expect("items waiting on n5 and n6", write("items waiting on n5 and n6"), "n5", "n6")
+
+	// everyone but n7 reports again with nothing new; n7 goes stale
+	clk.Advance(90 * time.Second)
+	for id := range nodes {
+		if id != "n7" {
+			report(id, map[bool]string{true: "2", false: "1"}[id == "n1"])
+		}
+	}
+	clk.Advance(40 * time.Second)
+	built := write("n7 stale")
+	if !slices.Contains(built, "n7") {
+		t.Fatalf("n7 stale: built %v, want n7 among them", built)
+	}
+}
