@@ -1,8 +1,6 @@
 package gitsync
 
 import (
-	"crypto"
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -243,14 +241,11 @@ func concatPacks(srcs []rawPack) (*encodedPack, error) {
 			count++
 		}
 	}
-	p := &encodedPack{data: make([]byte, packHeaderLen, size), hashes: make([]plumbing.Hash, 0, count)}
-	copy(p.data, "PACK")
-	binary.BigEndian.PutUint32(p.data[4:], 2)
-	binary.BigEndian.PutUint32(p.data[8:], uint32(count))
-	iw := new(idxfile.Writer)
-	if err := iw.OnHeader(uint32(count)); err != nil {
+	p, iw, err := startPack(size, count)
+	if err != nil {
 		return nil, err
 	}
+	p.hashes = make([]plumbing.Hash, 0, count)
 	for _, src := range srcs {
 		for _, e := range src.entries {
 			entry := src.data[e.Offset:src.ends[e.Offset]]
@@ -264,19 +259,7 @@ func concatPacks(srcs []rawPack) (*encodedPack, error) {
 			p.hashes = append(p.hashes, e.Hash)
 		}
 	}
-	sh := hash.New(crypto.SHA1)
-	_, _ = sh.Write(p.data)
-	copy(p.sum[:], sh.Sum(nil))
-	p.data = append(p.data, p.sum[:]...)
-	if err := iw.OnFooter(p.sum); err != nil {
-		return nil, err
-	}
-	idx, err := iw.Index()
-	if err != nil {
-		return nil, err
-	}
-	p.idx = idx
-	return p, nil
+	return p, p.finish(iw)
 }
 
 // geometricCut returns how many of packs (sorted by size, smallest

@@ -181,14 +181,11 @@ func encodePack(objs []plumbing.EncodedObject, workers int) (*encodedPack, error
 		}
 		size += len(chunks[i].buf)
 	}
-	p := &encodedPack{data: make([]byte, packHeaderLen, size), hashes: make([]plumbing.Hash, len(objs))}
-	copy(p.data, "PACK")
-	binary.BigEndian.PutUint32(p.data[4:], 2)
-	binary.BigEndian.PutUint32(p.data[8:], uint32(len(objs)))
-	iw := new(idxfile.Writer)
-	if err := iw.OnHeader(uint32(len(objs))); err != nil {
+	p, iw, err := startPack(size, len(objs))
+	if err != nil {
 		return nil, err
 	}
+	p.hashes = make([]plumbing.Hash, len(objs))
 	k := 0
 	for i := range chunks {
 		c := &chunks[i]
@@ -204,19 +201,39 @@ func encodePack(objs []plumbing.EncodedObject, workers int) (*encodedPack, error
 		}
 		p.data = append(p.data, c.buf...)
 	}
+	return p, p.finish(iw)
+}
+
+// startPack returns a pack of count objects holding its header, with room
+// for size bytes in all, and the writer of its index.
+func startPack(size, count int) (*encodedPack, *idxfile.Writer, error) {
+	p := &encodedPack{data: make([]byte, packHeaderLen, size)}
+	copy(p.data, "PACK")
+	binary.BigEndian.PutUint32(p.data[4:], 2)
+	binary.BigEndian.PutUint32(p.data[8:], uint32(count))
+	iw := new(idxfile.Writer)
+	if err := iw.OnHeader(uint32(count)); err != nil {
+		return nil, nil, err
+	}
+	return p, iw, nil
+}
+
+// finish appends the pack's checksum, which names it, and builds its
+// index from iw, which has seen every entry.
+func (p *encodedPack) finish(iw *idxfile.Writer) error {
 	sh := hash.New(crypto.SHA1)
 	_, _ = sh.Write(p.data)
 	copy(p.sum[:], sh.Sum(nil))
 	p.data = append(p.data, p.sum[:]...)
 	if err := iw.OnFooter(p.sum); err != nil {
-		return nil, err
+		return err
 	}
 	idx, err := iw.Index()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.idx = idx
-	return p, nil
+	return nil
 }
 
 // entryEncoder appends pack entries to buf; one per worker, reused.
