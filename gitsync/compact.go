@@ -147,19 +147,10 @@ func (r *Repo) mergePacks(packs []packFile) (*encodedPack, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := rawPack{data: p.data, name: "the resolved deltas"}
-		for _, h := range p.hashes {
-			off, err := p.idx.FindOffset(h)
-			if err != nil {
-				return nil, err
-			}
-			crc, err := p.idx.FindCRC32(h)
-			if err != nil {
-				return nil, err
-			}
-			src.entries = append(src.entries, idxfile.Entry{Hash: h, Offset: uint64(off), CRC32: crc})
+		src, err := rawPackOf("the resolved deltas", p.data, p.idx)
+		if err != nil {
+			return nil, err
 		}
-		src.ends = entryEnds(src.entries, len(src.data))
 		srcs = append(srcs, src)
 	}
 	return concatPacks(srcs)
@@ -191,22 +182,28 @@ func readRawPack(base string) (rawPack, error) {
 	if err != nil {
 		return rawPack{}, err
 	}
+	return rawPackOf(name+".pack", data, idx)
+}
+
+// rawPackOf is the pack data (named name in errors) with its entries in
+// offset order, read from its index.
+func rawPackOf(name string, data []byte, idx *idxfile.MemoryIndex) (rawPack, error) {
 	if len(data) < packHeaderLen+hash.Size || string(data[:4]) != "PACK" {
-		return rawPack{}, fmt.Errorf("%s.pack: not a pack", name)
+		return rawPack{}, fmt.Errorf("%s: not a pack", name)
 	}
 	it, err := idx.EntriesByOffset()
 	if err != nil {
 		return rawPack{}, err
 	}
 	defer it.Close()
-	src := rawPack{name: name + ".pack", data: data}
+	src := rawPack{name: name, data: data}
 	for {
 		e, err := it.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return rawPack{}, fmt.Errorf("read %s.idx: %w", name, err)
+			return rawPack{}, fmt.Errorf("index of %s: %w", name, err)
 		}
 		if e.Offset < packHeaderLen || e.Offset >= uint64(len(data)-hash.Size) {
 			return rawPack{}, fmt.Errorf("%s: object %s at offset %d, outside the pack", src.name, e.Hash, e.Offset)

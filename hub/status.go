@@ -464,11 +464,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 				ns.UnknownNode = true
 			}
 		}
-		for _, d := range driftByNode[node] {
+		for _, d := range in.drift {
 			ns.Drift = append(ns.Drift, status.Drift{Node: d.Node, Block: d.Block, Trigger: d.Trigger, Kind: d.Kind, Desired: d.Desired, Observed: d.Observed})
 		}
-		if hist := versions[node]; len(hist) > 0 {
-			ns.ObservedVersions = hist // never forgotten: the rollback guard reads them
+		if len(in.hist) > 0 {
+			ns.ObservedVersions = in.hist // never forgotten: the rollback guard reads them
 		}
 		if len(in.waiting) > 0 {
 			ns.Waiting = in.waiting

@@ -319,7 +319,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		}
 		took = append(took, time.Since(start))
 	}
-	res.Validate = medianOf(took)
+	res.Validate = median(took)
 	say("validate: %v (median of %v)", res.Validate.Round(time.Millisecond), took)
 
 	ids := make([]string, sc.Nodes)
@@ -597,13 +597,6 @@ func ReportEvery(n int) time.Duration {
 
 // validateRuns is how many times a scale run validates the whole tree.
 const validateRuns = 3
-
-// medianOf returns the median of d (the upper one of an even count).
-func medianOf(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 // PollWait is the agents' long poll wait (poll_wait, with the hub's
 // agents.max_poll_wait at least as long) the scale runs use for a fleet
