@@ -70,6 +70,8 @@ func RenderJSON(data []byte) ([]byte, error) {
 	if len(generic) == 0 {
 		return b.Bytes(), nil
 	}
+	// the YAML is about as long as the JSON: grown once, not by doubling
+	b.Grow(len(data) + len(data)/4)
 	if err := encodeYAML(b, generic); err != nil {
 		return nil, err
 	}
@@ -262,11 +264,8 @@ func (w *listWriter) write(key string, elems reflect.Value) error {
 	// Strings of a type without methods are their own generic value when
 	// valid UTF-8 (encoding/json would replace invalid bytes).
 	plain := elems.Type().Elem().Kind() == reflect.String && elems.Type().Elem().NumMethod() == 0
-	w.js.Reset()
 	enc := json.NewEncoder(&w.js)
 	enc.SetEscapeHTML(false)
-	dec := json.NewDecoder(&w.js)
-	dec.UseNumber()
 	size, start, sized := 0, w.out.Len(), false
 	for i := range elems.Len() {
 		ev := elems.Index(i)
@@ -274,16 +273,16 @@ func (w *listWriter) write(key string, elems reflect.Value) error {
 			w.elems = append(w.elems, ev.String())
 			size += ev.Len() + 2
 		} else {
-			n := w.js.Len()
+			w.js.Reset()
 			if err := enc.Encode(ev.Interface()); err != nil {
 				return fmt.Errorf("element %d: %w", i, err)
 			}
-			size += w.js.Len() - n
-			var e any
-			if err := dec.Decode(&e); err != nil {
+			size += w.js.Len()
+			e, err := decodeJSON(w.js.Bytes())
+			if err != nil {
 				return fmt.Errorf("element %d: %w", i, err)
 			}
-			w.elems = append(w.elems, numbers(e))
+			w.elems = append(w.elems, e)
 		}
 		if size >= w.chunk {
 			if err := w.flush(); err != nil {
@@ -338,16 +337,18 @@ func encodeYAMLv3(b *bytes.Buffer, v any) error {
 // decodeJSONObject reads a JSON object with its numbers made int64 (or
 // float64), as numbers does.
 func decodeJSONObject(data []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var generic map[string]any
-	if err := dec.Decode(&generic); err != nil {
+	v, err := decodeJSON(data)
+	if err != nil {
 		return nil, err
 	}
-	for k, e := range generic {
-		generic[k] = numbers(e)
+	switch v := v.(type) {
+	case map[string]any:
+		return v, nil
+	case nil:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("json: want an object, got %T", v)
 	}
-	return generic, nil
 }
 
 // numbers turns the JSON numbers of v into int64 (or float64 when not an
