@@ -118,6 +118,15 @@ func Rows(results []Result) []Row {
 	dur := func(f func(Result) time.Duration) []float64 {
 		return col(func(r Result) float64 { return f(r).Seconds() })
 	}
+	// a run from before the wave breakdown shows none
+	wave := func(f func(Waves) time.Duration) []float64 {
+		return col(func(r Result) float64 {
+			if r.Waves.Count == 0 {
+				return math.NaN()
+			}
+			return f(r.Waves).Seconds()
+		})
+	}
 	maxPush := func(r Result) time.Duration {
 		var m time.Duration
 		for _, d := range r.PushDispatch {
@@ -159,6 +168,9 @@ func Rows(results []Result) []Row {
 			}
 			return float64(r.Makespan) / float64(r.Ideal)
 		}), Unit: unitRatio, Target: 1.2, HasTarget: true},
+		{Name: "  per wave (median): first -> last attempt received", Values: wave(func(w Waves) time.Duration { return w.Spread }), Unit: unitDuration},
+		{Name: "  per wave (median): first received -> last result, less the action", Values: wave(func(w Waves) time.Duration { return w.Tail }), Unit: unitDuration},
+		{Name: "  per wave (median): last result -> next wave's first received", Values: wave(func(w Waves) time.Duration { return w.Gap }), Unit: unitDuration},
 		{Name: "status commit, mean", Values: dur(func(r Result) time.Duration { return r.StatusMean }), Unit: unitDuration},
 		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
 			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},

@@ -115,6 +115,7 @@ type Result struct {
 	HubRSSPeak   int64         // bytes (VmHWM)
 	HubCPU       time.Duration // hub CPU time during the rollout
 	RolloutWall  time.Duration // the rollout's wall time for HubCPU (push -> last result)
+	Waves        Waves         // the makespan wave by wave, as the fleet saw it
 	RedisUsed    int64
 	RedisPeak    int64
 	Summary      Latency // GET /api/v1/summary while the rollout ran
@@ -189,6 +190,9 @@ type tracker struct {
 	mainDone   map[string]int       // main item -> successes taken
 	lastDone   time.Time
 	mainFailed int
+	// each main attempt's receipt by its agent and its result's answer
+	received map[string]time.Time
+	answered map[string]time.Time
 }
 
 func (t *tracker) attempt(a fleetwave.Attempt, at time.Time) {
@@ -198,6 +202,9 @@ func (t *tracker) attempt(a fleetwave.Attempt, at time.Time) {
 	case strings.HasPrefix(a.Rollout, mainBRC+"-g"):
 		if t.mainID == "" {
 			t.mainID, t.firstMain = a.Rollout, at
+		}
+		if a.Rollout == t.mainID {
+			t.received[a.ID] = at
 		}
 	case strings.HasPrefix(a.Rollout, probeBRC+"-g"):
 		if _, ok := t.probeSeen[a.TargetVersion]; !ok {
@@ -213,6 +220,7 @@ func (t *tracker) result(a fleetwave.Attempt, res fleetwave.AttemptResult, err e
 	if a.Rollout != t.mainID || err != nil {
 		return
 	}
+	t.answered[a.ID] = at
 	switch res.Class {
 	case fleetwave.ResultSuccess:
 		t.mainDone[a.Item]++
@@ -227,6 +235,12 @@ func (t *tracker) main() (id string, first time.Time, done int, failed int, last
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.mainID, t.firstMain, len(t.mainDone), t.mainFailed, t.lastDone
+}
+
+func (t *tracker) waves(action time.Duration) Waves {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return splitWaves(t.received, t.answered, action)
 }
 
 func (t *tracker) probe(version string) (time.Time, string, bool) {
@@ -338,7 +352,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	defer hub.stop()
 	say("hub ready at %s (pid %d, log %s)", hub.url, hub.pid(), hub.log)
 
-	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{}}
+	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{},
+		received: map[string]time.Time{}, answered: map[string]time.Time{}}
 	fleet, err := New(Options{
 		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
 		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
@@ -466,6 +481,11 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("rollout %s: %d of %d items done: %w", mainID, done, sc.Nodes, waitErr)
 	}
 	say("rollout %s: %d items done, makespan %v (ideal %v)", mainID, done, res.Makespan.Round(time.Millisecond), ideal)
+	res.Waves = tr.waves(sc.Duration)
+	w := res.Waves
+	say("rollout %s: %d waves; median (max): handed out in %v (%v), last result %v (%v) after the action, next wave %v (%v) after it",
+		mainID, w.Count, w.Spread.Round(time.Millisecond), w.SpreadMax.Round(time.Millisecond), w.Tail.Round(time.Millisecond),
+		w.TailMax.Round(time.Millisecond), w.Gap.Round(time.Millisecond), w.GapMax.Round(time.Millisecond))
 	if err := <-probesDone; err != nil {
 		return res, err
 	}

@@ -1,0 +1,40 @@
+package fleetsim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestSplitWaves: three waves of four attempts, received over 40 ms each,
+// answered 500-590 ms later, the next wave 10 ms after a wave's last
+// result. It fails when a wave is cut inside its spread, or a figure is
+// counted from the wrong end.
+func TestSplitWaves(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	received, answered := map[string]time.Time{}, map[string]time.Time{}
+	start := t0
+	var lastEnd, third time.Time
+	for w := range 3 {
+		third = start
+		for i := range 4 {
+			id := fmt.Sprintf("r.%d.1", w*4+i)
+			received[id] = start.Add(ms(10 * i))                // spread 30 ms
+			answered[id] = start.Add(ms(10*i + 500 + 20*(w+1))) // tail: 30 + 20(w+1) ms
+			lastEnd = answered[id]
+		}
+		start = lastEnd.Add(ms(10 * (w + 1))) // gaps 10, 20 ms
+	}
+	// an attempt of the third wave whose result never came counts by its
+	// receipt: that wave's spread grows to 45 ms
+	received["late"] = third.Add(ms(45))
+	w := splitWaves(received, answered, ms(500))
+	want := Waves{Count: 3, Spread: ms(30), SpreadMax: ms(45), Tail: ms(70), TailMax: ms(90), Gap: ms(20), GapMax: ms(20)}
+	if w != want {
+		t.Fatalf("waves %+v, want %+v", w, want)
+	}
+	if got := splitWaves(nil, nil, ms(500)); got.Count != 0 {
+		t.Fatalf("no attempts: %+v", got)
+	}
+}
