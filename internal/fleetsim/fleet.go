@@ -321,6 +321,9 @@ func (p *h2cPool) CloseIdleConnections() {
 // Pollers is the number of long polls the fleet keeps open at most.
 func (f *Fleet) Pollers() int { return f.opts.Pollers }
 
+// Posters returns how many posts the fleet sends at once at most.
+func (f *Fleet) Posters() int { return f.opts.Posters }
+
 // Stats returns the counters so far.
 func (f *Fleet) Stats() Stats {
 	return Stats{

@@ -91,6 +91,9 @@ func latencyOf(d []time.Duration, errs int) Latency {
 type Result struct {
 	Nodes, Pollers, MaxConcurrent int
 	ActionDuration                time.Duration
+	// Posters is how many results and reports the fleet posts at once at
+	// most (0 in runs recorded before it was: 256).
+	Posters int `json:",omitempty"`
 	// PollWait is the agents' long poll wait (0 in runs recorded before
 	// it was: the fleet's default, 25 s).
 	PollWait time.Duration `json:",omitempty"`
@@ -356,6 +359,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		received: map[string]time.Time{}, answered: map[string]time.Time{}}
 	fleet, err := New(Options{
 		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
+		// A fleet's agents post their results each on its own: the fleet
+		// posts at least a whole wave's at once (fewer held the wave's
+		// last results back behind the others, a simulator's queue).
+		Posters: max(256, sc.MaxConcurrent),
 		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
 		// full reports as a real agent sends them: an attempt the hub
 		// counted lost (a late result) is settled by the next report
@@ -365,7 +372,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	res.Pollers = fleet.Pollers()
+	res.Pollers, res.Posters = fleet.Pollers(), fleet.Posters()
 	fctx, stopFleet := context.WithCancel(ctx)
 	fleetDone := make(chan struct{})
 	go func() { _ = fleet.Run(fctx); close(fleetDone) }()
