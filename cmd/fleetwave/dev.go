@@ -35,6 +35,7 @@ func addDevSim(root *cobra.Command, stdout io.Writer) {
 type simFlags struct {
 	duration   time.Duration
 	pollers    int
+	posters    int
 	h2c        bool
 	localAddrs []string
 	seed       int64
@@ -47,6 +48,7 @@ type simFlags struct {
 func (f *simFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.duration, "duration", 500*time.Millisecond, "how long each simulated action runs")
 	cmd.Flags().IntVar(&f.pollers, "pollers", 15000, "most long polls open at once (a larger fleet takes turns; each needs a file descriptor here and on the hub)")
+	cmd.Flags().IntVar(&f.posters, "posters", 256, "most results and reports posted at once")
 	cmd.Flags().BoolVar(&f.h2c, "h2c", false, "speak unencrypted HTTP/2 to the hub (the hub must serve it): every poll over a few connections")
 	cmd.Flags().StringSliceVar(&f.localAddrs, "local-addr", nil, "source address to spread connections over (repeatable; e.g. 127.0.0.2 for a loopback hub)")
 	cmd.Flags().Int64Var(&f.seed, "seed", 1, "seed of the generated fleet, durations and failure draws")
@@ -119,7 +121,7 @@ repository of N nodes), rolls a block out to every node and prints the scale rep
 				list = list[:nodes]
 			}
 			fleet, err := fleetsim.New(fleetsim.Options{HubURL: hubURL, Nodes: list, Duration: sf.duration, Jitter: jitter,
-				Transient: transient, Permanent: permanent, Pollers: sf.pollers, Wait: wait, ReportEvery: reportEvery,
+				Transient: transient, Permanent: permanent, Pollers: sf.pollers, Posters: sf.posters, Wait: wait, ReportEvery: reportEvery,
 				H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: uint64(sf.seed), Logger: log})
 			if err != nil {
 				return err
@@ -302,7 +304,7 @@ func devScaleCmd(stdout io.Writer) *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "scale %d: keeping %s\n", n, dir)
 				}
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: n, Dir: dir, Keep: keep, Duration: sf.duration,
-					Pollers: sf.pollers, H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
+					Pollers: sf.pollers, Posters: sf.posters, H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
 					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n), Timeout: timeout})
 				if err != nil {
 					// the sizes measured so far are still reported

@@ -41,9 +41,9 @@ type Scenario struct {
 	// Pushes is how many probe pushes sample push -> first dispatch while
 	// the rollout runs (default 5), besides the push starting the rollout.
 	Pushes int
-	// Pollers, H2C and LocalAddrs are the fleet's (Options).
-	Pollers int
-	H2C     bool
+	// Pollers, Posters, H2C and LocalAddrs are the fleet's (Options).
+	Pollers, Posters int
+	H2C              bool
 	// HeapProfile, when set, is the file the hub's heap profile is
 	// written to once the rollout is done (and the status committed).
 	HeapProfile string
@@ -358,11 +358,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{},
 		received: map[string]time.Time{}, answered: map[string]time.Time{}}
 	fleet, err := New(Options{
-		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
-		// A fleet's agents post their results each on its own: the fleet
-		// posts at least a whole wave's at once (fewer held the wave's
-		// last results back behind the others, a simulator's queue).
-		Posters: max(256, sc.MaxConcurrent),
+		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, Posters: sc.Posters, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
 		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
 		// full reports as a real agent sends them: an attempt the hub
 		// counted lost (a late result) is settled by the next report
