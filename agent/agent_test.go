@@ -97,6 +97,10 @@ func (h *testHub) enqueue(atts ...fleetwave.Attempt) {
 	}
 }
 
+// NotHanded: the test hub does not redeliver; an attempt its agent never
+// got stays lost, as the tests expect.
+func (h *testHub) NotHanded(context.Context, string, []fleetwave.Attempt, bool) {}
+
 func (h *testHub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()

@@ -50,6 +50,11 @@ type Hub interface {
 	// PollAttempts returns the attempts queued for node, waiting up to wait
 	// for one to appear.
 	PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error)
+	// NotHanded says that attempts PollAttempts returned for node did not
+	// reach its agent: its client was gone before the answer was written
+	// (written false), or the answer's write failed (written true: the
+	// agent may have them). ctx may be done already.
+	NotHanded(ctx context.Context, node string, atts []fleetwave.Attempt, written bool)
 	// CompleteAttempt applies the result of one of node's attempts; res
 	// passed the API's checks. The hub answers an attempt of another node
 	// with 403 forbidden before anything else.
@@ -711,8 +716,20 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 	if atts == nil {
 		atts = []fleetwave.Attempt{}
 	}
+	if len(atts) > 0 && r.Context().Err() != nil {
+		// the client hung up while the attempts were taken for it: an
+		// answer could not reach it, and the hub need not wait out their
+		// deadlines to know
+		s.hub.NotHanded(r.Context(), node, atts, false)
+		return
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, AttemptsAnswer{Attempts: atts})
+	if len(atts) > 0 {
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			s.hub.NotHanded(r.Context(), node, atts, true)
+		}
+	}
 }
 
 // parseWait reads a Go duration ("10s") or whole seconds ("10"), clamped to

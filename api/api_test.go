@@ -87,6 +87,14 @@ func (f *fakeHub) PollAttempts(ctx context.Context, node string, wait time.Durat
 	return nil, nil
 }
 
+func (f *fakeHub) NotHanded(_ context.Context, node string, atts []fleetwave.Attempt, written bool) {
+	ids := make([]string, len(atts))
+	for i, a := range atts {
+		ids[i] = a.ID
+	}
+	f.record(fmt.Sprintf("not handed %s %s written=%v", node, strings.Join(ids, ","), written))
+}
+
 func (f *fakeHub) CompleteAttempt(_ context.Context, node string, res fleetwave.AttemptResult) error {
 	f.record("complete " + node + " " + res.AttemptID)
 	if f.complete != nil {

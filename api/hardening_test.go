@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -567,5 +568,55 @@ func TestReadyzLogsEachCauseOnce(t *testing.T) {
 	probe(2)
 	if got := strings.Count(logs.String(), "hub not ready"); got != 3 {
 		t.Fatalf("%d warnings for 3 causes in a row:\n%s", got, logs.String())
+	}
+}
+
+// Attempts taken for a poll whose client hung up are told to the hub as
+// never sent (it closes them at once instead of at their deadlines), and
+// nothing is written; attempts answered to a client that is there are
+// not. It fails when the API writes into the dead request, or reports an
+// attempt it did hand out.
+func TestAttemptsOfAPollWhoseClientLeftAreNotHanded(t *testing.T) {
+	taken := make(chan struct{}, 1)
+	h := &fakeHub{pollCtx: func(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
+		if wait == 0 { // the second poll: answered at once
+			return []fleetwave.Attempt{{ID: "web-g1.2.1", Node: node}}, nil
+		}
+		<-ctx.Done() // the client hangs up; the engine popped one meanwhile
+		taken <- struct{}{}
+		return []fleetwave.Attempt{{ID: "web-g1.1.1", Node: node}}, nil
+	}}
+	srv := newServer(t, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/v1/agent/nodes/node-a/attempts?wait=20s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer token-a")
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the poll was answered (%d) after its client left", resp.StatusCode)
+	}
+	<-taken
+	want := "not handed node-a web-g1.1.1 written=false"
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(h.Calls(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("calls %q: want %q", h.Calls(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := do(t, srv, request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=0s", token: "token-a"})
+	if got.status != 200 || !strings.Contains(got.body, "web-g1.2.1") {
+		t.Fatalf("second poll: %d %s", got.status, got.body)
+	}
+	for _, c := range h.Calls() {
+		if strings.Contains(c, "web-g1.2.1") && strings.HasPrefix(c, "not handed") {
+			t.Fatalf("an attempt handed out was reported not handed: %q", h.Calls())
+		}
 	}
 }

@@ -109,7 +109,7 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleet
 			continue
 		}
 		if a.Deadline.UnixMilli() <= now {
-			if _, _, err := e.run(ctx, "undeliver", "", now, undeliverRecord.append(nil, undeliverArgs{Attempt: a.ID})...); err != nil {
+			if _, _, err := e.run(ctx, "undeliver", "", now, undeliverRecord.append(nil, undeliverArgs{Attempt: a.ID, Unsent: 1})...); err != nil {
 				e.log.Warn().Err(err).Str("node", node).Str("attempt", a.ID).
 					Msg("attempt past its deadline not delivered, nor marked undelivered: it will count as lost")
 				continue
@@ -122,6 +122,29 @@ func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleet
 		out = append(out, a)
 	}
 	return out
+}
+
+// NotHanded says that attempts a Poll of node returned did not reach its
+// agent: its client was gone before the answer was written (written
+// false: the agent never had them), or the answer's write failed (written
+// true: it may have them). Their deadlines move to now, so the next Step
+// closes them instead of waiting out their timeouts: one never sent counts
+// as never delivered (retried), one perhaps sent as lost (the item waits
+// for the node's report, which says whether it ran). An attempt closed
+// meanwhile (its result came) is left as it is.
+func (e *Engine) NotHanded(ctx context.Context, node string, ids []string, written bool) error {
+	unsent := 1
+	if written {
+		unsent = 0
+	}
+	now := e.nowMS()
+	var errs []error
+	for _, id := range ids {
+		if _, _, err := e.run(ctx, "undeliver", "", now, undeliverRecord.append(nil, undeliverArgs{Attempt: id, Unsent: unsent, Expire: 1})...); err != nil {
+			errs = append(errs, fmt.Errorf("attempt %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Complete applies an agent's result for one of its attempts:

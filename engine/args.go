@@ -330,7 +330,11 @@ type approvalArgs struct {
 	Reason   string `arg:"reason"`   // expire, stale
 }
 
-// undeliverArgs: undeliver.lua (a Poll popped an attempt too late).
+// undeliverArgs: undeliver.lua (a popped attempt that was not handed
+// out: too late, or its poll's client gone). Unsent (1) marks it never
+// delivered; Expire (1) moves its deadline to now.
 type undeliverArgs struct {
 	Attempt string `arg:"attempt"`
+	Unsent  int    `arg:"unsent"`
+	Expire  int    `arg:"expire"`
 }

@@ -243,7 +243,10 @@
 // Attempts are queued as the agent receives them; popping one delivers it,
 // so an attempt still queued at its deadline was never delivered (a Poll
 // that pops one past its deadline marks it undelivered instead of handing
-// it out). A Poll that finds its queue empty waits in memory: the scripts
+// it out). An attempt popped for a poll whose client is gone (NotHanded)
+// has its deadline moved to now: never sent, it is retried; perhaps sent
+// (the answer's write failed), its item waits for the node's report, as
+// at any deadline. A Poll that finds its queue empty waits in memory: the scripts
 // that queue attempts publish the nodes on the ready channel, and one
 // subscriber per Engine claims the waiting Polls of those nodes and pops
 // their queues in one pipeline (deliver.go). No Redis connection is held

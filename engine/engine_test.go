@@ -312,6 +312,49 @@ func TestDeadlines(t *testing.T) {
 				t.Fatalf("after deadline: %s %q retry_count %d", it.Status, it.Reason, it.RetryCount)
 			}
 		})
+		t.Run("an attempt whose poll's client left is closed at the next step, long before its deadline", func(t *testing.T) {
+			for _, written := range []bool{false, true} {
+				h := newHarness(t, rdb, WithPrefix(fmt.Sprintf("not-handed-%v", written)), WithBackoff(time.Second, time.Second))
+				_, items := h.create(spec("web", 2, "web", 1, 2, 3))
+				h.step()
+				as := h.poll("n1")
+				if len(as) != 1 {
+					t.Fatalf("polled %v", ids(as))
+				}
+				if err := h.e.NotHanded(h.ctx, "n1", []string{as[0].ID}, written); err != nil {
+					t.Fatal(err)
+				}
+				h.clk.Advance(time.Millisecond) // far from its deadline
+				if res := h.step(); res.Expired != 1 {
+					t.Fatalf("written=%v: expired = %d, want 1 at the next step", written, res.Expired)
+				}
+				it := h.item(items[0])
+				switch {
+				case !written && (it.Status != fleetwave.ItemRetrying || it.RetryCount != 1):
+					// never sent: never delivered, retried
+					t.Fatalf("never sent: %s %q retry_count %d, want retrying", it.Status, it.Reason, it.RetryCount)
+				case written && (it.Status != fleetwave.ItemAmbiguous || it.Reason != fleetwave.ReasonAwaitingReport):
+					// perhaps received: never replayed blindly, the report decides
+					t.Fatalf("perhaps sent: %s %q, want ambiguous awaiting a report", it.Status, it.Reason)
+				}
+				// the other node's attempt, and a closed one, are left alone
+				other := h.poll("n2")
+				if len(other) != 1 {
+					t.Fatalf("n2 polled %v", ids(other))
+				}
+				h.complete(other[0], fleetwave.ResultSuccess)
+				if err := h.e.NotHanded(h.ctx, "n2", []string{other[0].ID}, written); err != nil {
+					t.Fatal(err)
+				}
+				h.clk.Advance(time.Millisecond)
+				if res := h.step(); res.Expired != 0 {
+					t.Fatalf("a completed attempt expired again: %d", res.Expired)
+				}
+				if it := h.item(items[1]); it.Status != fleetwave.ItemCompleted {
+					t.Fatalf("completed item now %s", it.Status)
+				}
+			}
+		})
 		t.Run("a delivered attempt without result makes its item ambiguous", func(t *testing.T) {
 			h := newHarness(t, rdb, WithPrefix("popped"), WithBackoff(time.Second, time.Second))
 			_, items := h.create(spec("web", 1, "web", 1, 1, 3))

@@ -64,6 +64,22 @@ func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration)
 	return out, nil
 }
 
+// NotHanded has the engine close attempts that did not reach node's agent
+// at its next step, rather than at their deadlines (a poll's connection
+// closed under it: at 100,000 agents one stall of the machine closed 23
+// connections, and their attempts held their waves for two minutes).
+func (h *Hub) NotHanded(ctx context.Context, node string, atts []fleetwave.Attempt, written bool) {
+	ids := make([]string, len(atts))
+	for i, a := range atts {
+		ids[i] = a.ID
+	}
+	h.log.Warn().Str("node", node).Strs("attempts", ids).Bool("written", written).
+		Msg("attempts not handed to the agent")
+	if err := h.eng.NotHanded(context.WithoutCancel(ctx), node, ids, written); err != nil {
+		h.log.Warn().Err(err).Str("node", node).Msg("attempts not handed: left to their deadlines")
+	}
+}
+
 // CompleteAttempt applies an attempt's result.
 func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.AttemptResult) error {
 	switch res.Class {

@@ -57,6 +57,8 @@ func (h *agentHub) PollAttempts(ctx context.Context, node string, wait time.Dura
 	}
 }
 
+func (h *agentHub) NotHanded(context.Context, string, []fleetwave.Attempt, bool) {}
+
 func (h *agentHub) Report(context.Context, fleetwave.Report) error { return nil }
 
 // testLimits are short, so that each cut-off takes about a second.

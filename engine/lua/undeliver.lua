@@ -1,7 +1,13 @@
--- undeliver: the head UD: attempt (id). A Poll popped the attempt after its
--- deadline and does not hand it out: Step then treats it as never
--- delivered (a transient failure), as it would had it stayed queued. An
--- attempt already closed, or not its item's last, is left alone.
+-- undeliver: the head UD: attempt (id), unsent, expire (1 or 0). A Poll
+-- popped the attempt and did not hand it out: after its deadline (unsent),
+-- or its client was gone before the answer was written (unsent, expire),
+-- or the answer's write failed, so the agent may or may not have it
+-- (expire). Unsent marks it never delivered: Step then counts it as a
+-- transient failure, as it would had it stayed queued. Expire moves its
+-- deadline to now: the next Step closes it (never delivered, or lost and
+-- the item ambiguous until the node's report says whether it ran) rather
+-- than at the end of its timeout. An attempt already closed, or not its
+-- item's last, is left alone.
 -- Returns {'ok', 1|0}.
 local aid = ARGV[UD.attempt]
 local id = item_of(aid)
@@ -9,8 +15,13 @@ if not id then
   return { 'ok', 0 }
 end
 local v = redis.call('HMGET', k_i(id), 'last_attempt', 'a_state')
-if v[1] == aid and v[2] == 'queued' then
-  hset_i(id, 'a_state', 'undelivered')
-  return { 'ok', 1 }
+if v[1] ~= aid or v[2] ~= 'queued' then
+  return { 'ok', 0 }
 end
-return { 'ok', 0 }
+if ARGV[UD.unsent] == '1' then
+  hset_i(id, 'a_state', 'undelivered')
+end
+if ARGV[UD.expire] == '1' and redis.call('ZSCORE', P .. 'deadlines', aid) then
+  redis.call('ZADD', P .. 'deadlines', int(NOW), aid)
+end
+return { 'ok', 1 }
