@@ -110,6 +110,9 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	}
 	for _, row := range Rows([]Result{res}) {
 		zero := row.HasTarget && row.Target == 0 // a count that must stay 0
+		if v := row.Values[0]; row.Signed && !math.IsNaN(v) {
+			continue // a difference of two moments: either sign is measured
+		}
 		if v := row.Values[0]; math.IsNaN(v) || (v <= 0) != zero {
 			t.Errorf("row %q: %v, want a measured figure", row.Name, v)
 		}

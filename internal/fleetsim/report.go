@@ -30,6 +30,10 @@ type Row struct {
 	Target    float64
 	HasTarget bool
 	Baseline  string
+	// Signed: the value is a difference of two moments that may come in
+	// either order (a negative duration is written as such, not as a
+	// histogram's "above its largest bound").
+	Signed bool
 }
 
 // Met reports whether value i meets the row's target.
@@ -58,6 +62,9 @@ func (r Row) format(v float64) string {
 	}
 	switch r.Unit {
 	case unitDuration:
+		if v < 0 && r.Signed {
+			return "-" + fmtDuration(seconds(-v))
+		}
 		if v < 0 { // above every bucket of a histogram (histogram.Max)
 			return "> " + fmtDuration(seconds(-v))
 		}
@@ -169,8 +176,8 @@ func Rows(results []Result) []Row {
 			return float64(r.Makespan) / float64(r.Ideal)
 		}), Unit: unitRatio, Target: 1.2, HasTarget: true},
 		{Name: "  per wave (median): first -> last attempt received", Values: wave(func(w Waves) time.Duration { return w.Spread }), Unit: unitDuration},
-		{Name: "  per wave (median): first received -> last result, less the action", Values: wave(func(w Waves) time.Duration { return w.Tail }), Unit: unitDuration},
-		{Name: "  per wave (median): last result -> next wave's first received", Values: wave(func(w Waves) time.Duration { return w.Gap }), Unit: unitDuration},
+		{Name: "  per wave (median): first received -> last result answered, less the action", Values: wave(func(w Waves) time.Duration { return w.Tail }), Unit: unitDuration, Signed: true},
+		{Name: "  per wave (median): last result answered -> next wave's first received", Values: wave(func(w Waves) time.Duration { return w.Gap }), Unit: unitDuration, Signed: true},
 		{Name: "status commit, mean", Values: dur(func(r Result) time.Duration { return r.StatusMean }), Unit: unitDuration},
 		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
 			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},

@@ -15,10 +15,13 @@ type Waves struct {
 	Spread, SpreadMax time.Duration
 	// Tail is a wave's first attempt received -> its last result answered,
 	// less the action's duration: the spread plus the slowest result's
-	// way back.
+	// way back (negative if every result came early, with a jittered
+	// action).
 	Tail, TailMax time.Duration
 	// Gap is a wave's last result answered -> the next wave's first
-	// attempt received: the hub starting the next wave.
+	// attempt received: the hub starting the next wave. It can be
+	// negative: the hub starts the next wave as it commits the last
+	// result, before that result's answer reaches its agent.
 	Gap, GapMax time.Duration
 }
 

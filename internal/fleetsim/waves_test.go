@@ -37,4 +37,16 @@ func TestSplitWaves(t *testing.T) {
 	if got := splitWaves(nil, nil, ms(500)); got.Count != 0 {
 		t.Fatalf("no attempts: %+v", got)
 	}
+	// the hub starts the next wave as it commits the last result, before
+	// that result's answer reaches its agent: the report shows the gap
+	// negative, not as a histogram's "above its largest bound"
+	w = splitWaves(map[string]time.Time{"a": t0, "b": t0.Add(ms(580))},
+		map[string]time.Time{"a": t0.Add(ms(600)), "b": t0.Add(ms(1100))}, ms(500))
+	if w.Count != 2 || w.Gap != -ms(20) {
+		t.Fatalf("a next wave received 20 ms before the last answer: %+v, want 2 waves and a gap of -20ms", w)
+	}
+	row := Row{Unit: unitDuration, Signed: true}
+	if got := row.format(-0.36); got != "-360 ms" {
+		t.Fatalf("signed -0.36 s printed %q", got)
+	}
 }
