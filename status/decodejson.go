@@ -9,7 +9,8 @@ import (
 )
 
 // decodeJSON reads one JSON value into its generic form, as
-// encoding/json's Decoder with UseNumber followed by numbers makes it:
+// encoding/json's Decoder with UseNumber made it, its numbers then turned
+// into Go numbers:
 // objects map[string]any (the last of a repeated key wins), arrays []any,
 // numbers int64 when integers that fit, else float64 (the number's text
 // when out of range), strings, booleans and nil. Documents are rendered

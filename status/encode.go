@@ -350,27 +350,3 @@ func decodeJSONObject(data []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("json: want an object, got %T", v)
 	}
 }
-
-// numbers turns the JSON numbers of v into int64 (or float64 when not an
-// integer), so that YAML writes 1000000, not 1e+06.
-func numbers(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			v[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = numbers(e)
-		}
-	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		if f, err := v.Float64(); err == nil {
-			return f
-		}
-		return v.String()
-	}
-	return v
-}
