@@ -280,3 +280,72 @@ type packWriterStorage struct {
 func (s packWriterStorage) PackfileWriter() (io.WriteCloser, error) {
 	return s.EncodedObjectStorer.(storer.PackfileWriter).PackfileWriter()
 }
+
+// TestStorePackRegistersItsIndex: a pack storePack writes beside the
+// others is read at once through a storage that loaded its pack indexes
+// before, without reloading them (registerPack), and through a new
+// storage on the same directory from the index file. Both are opened as
+// the mirror is (mirrorStorage).
+func TestStorePackRegistersItsIndex(t *testing.T) {
+	isolateGit(t)
+	bare := bareOf(gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"}))
+	gittest.Git(t, bare, "repack", "-a", "-d", "-q") // its objects in a pack
+	open := func() *git.Repository {
+		r, err := git.Open(mirrorStorage(bare), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	repo := open()
+	if _, _, ok := packDir(repo.Storer); !ok {
+		t.Fatal("the mirror's storage is not one storePack writes packs into")
+	}
+	head, err := repo.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// read a packed object: go-git loads the indexes of the packs there are
+	if _, err := repo.CommitObject(head.Hash()); err != nil {
+		t.Fatal(err)
+	}
+	files := packTestFiles()
+	ov := newOverlay(repo.Storer)
+	tree, err := editTree(ov, plumbing.ZeroHash, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := object.Signature{Name: "hub", Email: "hub@example.com", When: testStart}
+	commit, err := writeCommit(ov, tree, nil, sig, sig, "Status\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ov.flush(); err != nil {
+		t.Fatal(err)
+	}
+	packs, err := filepath.Glob(filepath.Join(bare, "objects", "pack", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range packs {
+		if strings.HasPrefix(filepath.Base(p), "tmp_") {
+			t.Fatalf("%s left in the pack directory", filepath.Base(p))
+		}
+	}
+	for i, r := range []*git.Repository{repo, open()} {
+		c, err := r.CommitObject(commit)
+		if err != nil {
+			t.Fatalf("storage %d: commit of the new pack: %v", i, err)
+		}
+		for p, data := range files {
+			f, err := c.File(p)
+			if err != nil {
+				t.Fatalf("storage %d: %s: %v", i, p, err)
+			}
+			got, err := f.Contents()
+			if err != nil || got != string(data) {
+				t.Fatalf("storage %d: %s reads back %d bytes, %v; want %d bytes", i, p, len(got), err, len(data))
+			}
+		}
+	}
+}
