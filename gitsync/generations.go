@@ -100,6 +100,9 @@ type genCache struct {
 	order  []plumbing.Hash
 	hashes map[string]string
 	marks  marks
+	// changes counts the changes of marks.Objects; version is the
+	// HighWaterSince version of marks as they were after versionAt changes.
+	changes, version, versionAt uint64
 }
 
 func newGenCache(file string) *genCache {
@@ -144,6 +147,7 @@ func (g *genCache) loadMarks() error {
 		m.Objects = map[fleetwave.ObjectKey]mark{}
 	}
 	g.marks = m
+	g.changes++
 	return nil
 }
 
@@ -321,6 +325,7 @@ func (g *genCache) record(commit plumbing.Hash, st *genState, only map[fleetwave
 		m := mark{Gen: o.gen, Hash: o.hash}
 		if old, ok := g.marks.Objects[k]; !ok || old != m {
 			g.marks.Objects[k] = m
+			g.changes++
 			changed = true
 		}
 	}

@@ -1,6 +1,8 @@
 package gitsync
 
 import (
+	"sync/atomic"
+
 	"github.com/fleetwave/fleetwave"
 )
 
@@ -9,18 +11,43 @@ import (
 const seededMarkHash = "seeded"
 
 // HighWater returns the highest generation returned so far per object
-// (objects since deleted included). The hub writes them into
-// status/summary.yaml so that SeedHighWater can restore them when the
-// mirror directory, which holds them durably, is lost.
+// (objects since deleted included). The hub writes them into the status
+// (status/generation_marks.yaml) so that SeedHighWater can restore them
+// when the mirror directory, which holds them durably, is lost.
 func (r *Repo) HighWater() map[fleetwave.ObjectKey]int64 {
+	marks, _ := r.HighWaterSince(0)
+	return marks
+}
+
+// HighWaterSince returns the marks as HighWater does with their version,
+// or nil and the same version when they did not change since version
+// since. A version is never 0: HighWaterSince(0) always returns them. A
+// caller that keeps the version copies the marks (100,000 of them at
+// 100,000 nodes) only when one changed.
+func (r *Repo) HighWaterSince(since uint64) (map[fleetwave.ObjectKey]int64, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[fleetwave.ObjectKey]int64, len(r.gens.marks.Objects))
-	for k, m := range r.gens.marks.Objects {
+	g := r.gens
+	if g.version == 0 {
+		g.version = nextMarksVersion.Add(1)
+	}
+	if g.changes != g.versionAt {
+		g.version, g.versionAt = nextMarksVersion.Add(1), g.changes
+	}
+	if since == g.version {
+		return nil, since
+	}
+	out := make(map[fleetwave.ObjectKey]int64, len(g.marks.Objects))
+	for k, m := range g.marks.Objects {
 		out[k] = m.Gen
 	}
-	return out
+	return out, g.version
 }
+
+// nextMarksVersion hands out the versions of HighWaterSince: unique in the
+// process, so a version of a Repo or genCache since replaced never
+// matches the new one's.
+var nextMarksVersion atomic.Uint64
 
 // SeedHighWater raises the high-water marks to marks (never lowers one) and
 // persists them. The hub calls it right after Open and before the first
@@ -48,6 +75,7 @@ func (r *Repo) SeedHighWater(marks map[fleetwave.ObjectKey]int64) error {
 			continue
 		}
 		g.marks.Objects[k] = mark{Gen: gen, Hash: seededMarkHash}
+		g.changes++
 		changed = true
 	}
 	if !changed {

@@ -66,3 +66,48 @@ func TestHighWaterRestoresGenerationsAfterTheMirrorIsLost(t *testing.T) {
 		}
 	})
 }
+
+// TestHighWaterSinceSaysWhenTheMarksChanged: HighWaterSince returns the
+// marks only when one changed since the version given, for a generation
+// computed, a seed, and a reopened mirror alike.
+func TestHighWaterSinceSaysWhenTheMarksChanged(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"v":1}`})
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	generations(t, r, fetch(t, r))
+	marks, v := r.HighWaterSince(0)
+	if v == 0 || !equalGens(marks, map[fleetwave.ObjectKey]int64{"nodes/a": 1}) {
+		t.Fatalf("HighWaterSince(0) = %v, %d", marks, v)
+	}
+	if m, again := r.HighWaterSince(v); m != nil || again != v {
+		t.Fatalf("unchanged: HighWaterSince = %v, %d; want nil, %d", m, again, v)
+	}
+	// a status-only or same-content commit changes no mark
+	generations(t, r, fetch(t, r))
+	if m, _ := r.HighWaterSince(v); m != nil {
+		t.Fatalf("nothing new: HighWaterSince = %v", m)
+	}
+	gittest.Push(t, url, map[string]string{"nodes/a.json": `{"v":2}`, "nodes/b.json": `{"v":1}`}, nil, "a2, b")
+	generations(t, r, fetch(t, r))
+	m, v2 := r.HighWaterSince(v)
+	if v2 == v || !equalGens(m, map[fleetwave.ObjectKey]int64{"nodes/a": 2, "nodes/b": 1}) {
+		t.Fatalf("after a change: HighWaterSince = %v, %d (was %d)", m, v2, v)
+	}
+	if err := r.SeedHighWater(map[fleetwave.ObjectKey]int64{"nodes/c": 5}); err != nil {
+		t.Fatal(err)
+	}
+	m, v3 := r.HighWaterSince(v2)
+	if v3 == v2 || m["nodes/c"] != 5 {
+		t.Fatalf("after a seed: HighWaterSince = %v, %d (was %d)", m, v3, v2)
+	}
+	if m, _ := r.HighWaterSince(v3); m != nil {
+		t.Fatalf("seeding marks already held changed the version: %v", m)
+	}
+	_ = r.Close()
+	// another Repo never answers "unchanged" to a version of this one
+	re := openAt(t, url, dir)
+	if m, v4 := re.HighWaterSince(v3); m == nil || v4 == v3 || !equalGens(m, r.HighWater()) {
+		t.Fatalf("reopened: HighWaterSince(%d) = %v, %d", v3, m, v4)
+	}
+}

@@ -106,8 +106,13 @@ type Hub struct {
 	rendered      map[string]*renderedDoc
 	renderedFence int64
 	// nodeInputs are what each node's status document was last built
-	// from (statusFiles), kept and forgotten with rendered.
-	nodeInputs map[string]nodeInputs
+	// from (statusFiles), kept and forgotten with rendered; marksVersion
+	// is the version of the generation marks last rendered (0: none yet).
+	nodeInputs   map[string]nodeInputs
+	marksVersion uint64
+	// partItems are the items each part of a large rollout's items was
+	// last built from (statusFiles), kept and forgotten with rendered.
+	partItems map[string][]fleetwave.Item
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/
@@ -517,11 +522,20 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	h.mu.Lock()
 	h.statusApplied = doc.Sync.Applied
 	h.mu.Unlock()
-	if len(doc.GenerationMarks) == 0 || len(h.repo.HighWater()) > 0 {
+	// their own document; hubs before it wrote them into the summary
+	marks := doc.GenerationMarks
+	if data, ok := files[status.GenerationMarksPath]; ok {
+		m, err := status.DecodeGenerationMarks(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", status.GenerationMarksPath, err)
+		}
+		marks = m.Marks
+	}
+	if len(marks) == 0 || len(h.repo.HighWater()) > 0 {
 		return nil // nothing to restore, or the mirror kept its own
 	}
-	h.log.Info().Int("objects", len(doc.GenerationMarks)).Msg("generation marks restored from status")
-	return h.repo.SeedHighWater(doc.GenerationMarks)
+	h.log.Info().Int("objects", len(marks)).Msg("generation marks restored from status")
+	return h.repo.SeedHighWater(marks)
 }
 
 // fenceFloor is the highest fencing token committed to Git (the trailer of

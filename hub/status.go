@@ -148,7 +148,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	h.mu.Unlock()
 	if commit != "" {
 		h.log.Info().Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Msg("status committed")
+			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Msg("status committed")
 	}
 }
 
@@ -171,8 +171,9 @@ type statusBatch struct {
 	// rendered are the documents of Hub.rendered the batch writes.
 	rendered []string
 	// nodesBuilt are the nodes whose documents were built again (their
-	// inputs changed); the others kept theirs.
-	nodesBuilt []string
+	// inputs changed); the others kept theirs. partsBuilt are the same for
+	// the parts of large rollouts' items, by path.
+	nodesBuilt, partsBuilt []string
 }
 
 // renderedDoc is a status document as last rendered: the digest of what
@@ -252,10 +253,15 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	// holds only while it is the leader that wrote them
 	fence := h.currentFence()
 	if h.renderedFence != fence {
-		h.rendered, h.renderedFence, h.nodeInputs = map[string]*renderedDoc{}, fence, nil
+		h.rendered, h.renderedFence, h.nodeInputs, h.partItems, h.marksVersion = map[string]*renderedDoc{}, fence, nil, nil, 0
 	}
 	var rendered []string
 	var newest *fleetwave.Rollout
+	// kept, like nodeInputs, only once every document is built; the parts
+	// of rollouts not read this time (finished and written) are dropped
+	lastParts, partItems := h.partItems, map[string][]fleetwave.Item{}
+	h.partItems = nil
+	var partsBuilt []string
 	for i := range rollouts {
 		r := rollouts[i]
 		lines = append(lines, status.RolloutLine{ID: r.ID, Status: r.Status, Reason: r.Reason, Wave: r.Wave,
@@ -289,6 +295,16 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		files[status.RolloutPath(r.ID)] = doc
 		for _, pt := range parts {
 			path := status.RolloutPartPath(r.ID, pt.Part)
+			// a part is made of its items alone: one whose items are those
+			// it was last built from keeps its document
+			if prev, ok := lastParts[path]; ok && h.rendered[path] != nil && slices.Equal(prev, pt.Items) {
+				partItems[path] = prev
+				if d := h.rendered[path]; d.data != nil {
+					files[path] = d.data
+					rendered = append(rendered, path)
+				}
+				continue
+			}
 			j, err := json.Marshal(pt)
 			if err != nil {
 				return statusBatch{}, fmt.Errorf("rollout %s part %d: %w", r.ID, pt.Part, err)
@@ -300,6 +316,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			if wrote {
 				rendered = append(rendered, path)
 			}
+			partItems[path] = slices.Clone(pt.Items)
+			partsBuilt = append(partsBuilt, path)
 		}
 		if done {
 			finished = append(finished, r.ID)
@@ -384,10 +402,30 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			summary.HeldInstances[p.Reason]++
 		}
 	}
-	// The highest generation ever given to each object: restored from here
-	// when the mirror is lost, so generations never go down.
-	if marks := h.repo.HighWater(); len(marks) > 0 {
-		summary.GenerationMarks = marks
+	// The highest generation ever given to each object: restored from
+	// there when the mirror is lost, so generations never go down. Read
+	// and rendered only when one changed.
+	switch marks, v := h.repo.HighWaterSince(h.marksVersion); {
+	case marks != nil && (len(marks) > 0 || h.rendered[status.GenerationMarksPath] != nil):
+		j, err := status.GenerationMarksJSON(status.GenerationMarks{Marks: marks})
+		if err != nil {
+			return statusBatch{}, fmt.Errorf("generation marks: %w", err)
+		}
+		wrote, err := h.writeRendered(files, status.GenerationMarksPath, j)
+		if err != nil {
+			return statusBatch{}, fmt.Errorf("generation marks: %w", err)
+		}
+		if wrote {
+			rendered = append(rendered, status.GenerationMarksPath)
+		}
+		h.marksVersion = v
+	case marks != nil:
+		h.marksVersion = v // none yet: no document
+	default:
+		if d := h.rendered[status.GenerationMarksPath]; d != nil && d.data != nil {
+			files[status.GenerationMarksPath] = d.data // not landed yet
+			rendered = append(rendered, status.GenerationMarksPath)
+		}
 	}
 	doc, err := status.EncodeSummary(summary)
 	if err != nil {
@@ -488,9 +526,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			rendered = append(rendered, path)
 		}
 	}
-	h.nodeInputs = inputs
+	h.nodeInputs, h.partItems = inputs, partItems
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
-		rendered: rendered, nodesBuilt: built}, nil
+		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt}, nil
 }
 
 // nodeInputs is what a node's status document is built from, by value. A

@@ -5,6 +5,7 @@
 // The documents:
 //
 //	status/summary.yaml          Summary: the fleet as a whole
+//	status/generation_marks.yaml GenerationMarks: the highest generation given to each object
 //	status/rollouts/<id>.yaml    Rollout: one rollout, its targets, waves and items
 //	status/nodes/<id>.yaml       Node: one node's last report, drift, waiting items
 //	status/approvals/<id>.yaml   Approval: one approval request and its outcome

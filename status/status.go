@@ -19,6 +19,9 @@ const Dir = "status/"
 // SummaryPath is the path of the summary document.
 const SummaryPath = Dir + "summary.yaml"
 
+// GenerationMarksPath is the path of the generation marks' document.
+const GenerationMarksPath = Dir + "generation_marks.yaml"
+
 const (
 	rolloutsDir  = Dir + "rollouts/"
 	nodesDir     = Dir + "nodes/"
@@ -40,11 +43,12 @@ type Kind string
 
 // The status documents. KindNone is a path that is no status document.
 const (
-	KindNone     Kind = ""
-	KindSummary  Kind = "summary"
-	KindRollout  Kind = "rollout"
-	KindNode     Kind = "node"
-	KindApproval Kind = "approval"
+	KindNone            Kind = ""
+	KindSummary         Kind = "summary"
+	KindGenerationMarks Kind = "generation_marks"
+	KindRollout         Kind = "rollout"
+	KindNode            Kind = "node"
+	KindApproval        Kind = "approval"
 )
 
 func (k Kind) String() string { return string(k) }
@@ -53,8 +57,11 @@ func (k Kind) String() string { return string(k) }
 // id of its rollout, node or approval. It returns KindNone, "" for any
 // other path (a file a human added, a subfolder, another extension).
 func ParsePath(p string) (Kind, string) {
-	if p == SummaryPath {
+	switch p {
+	case SummaryPath:
 		return KindSummary, ""
+	case GenerationMarksPath:
+		return KindGenerationMarks, ""
 	}
 	for _, d := range []struct {
 		dir  string

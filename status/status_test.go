@@ -43,10 +43,10 @@ func kindOfGolden(t *testing.T, path string) Kind {
 	t.Helper()
 	kind, _, _ := strings.Cut(filepath.Base(path), "-")
 	switch k := Kind(strings.TrimSuffix(kind, ".yaml")); k {
-	case KindSummary, KindRollout, KindNode, KindApproval:
+	case KindSummary, KindGenerationMarks, KindRollout, KindNode, KindApproval:
 		return k
 	}
-	t.Fatalf("%s: want <summary|rollout|node|approval>-<case>.yaml", path)
+	t.Fatalf("%s: want <summary|generation_marks|rollout|node|approval>-<case>.yaml", path)
 	return KindNone
 }
 
@@ -58,6 +58,12 @@ func roundTrip(kind Kind, data []byte) ([]byte, error) {
 			return nil, err
 		}
 		return EncodeSummary(d)
+	case KindGenerationMarks:
+		d, err := DecodeGenerationMarks(data)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeGenerationMarks(d)
 	case KindRollout:
 		d, err := DecodeRollout(data)
 		if err != nil {
@@ -279,6 +285,7 @@ func TestParsePath(t *testing.T) {
 		id   string
 	}{
 		{SummaryPath, KindSummary, ""},
+		{GenerationMarksPath, KindGenerationMarks, ""},
 		{RolloutPath("web-g1"), KindRollout, "web-g1"},
 		{NodePath("n1"), KindNode, "n1"},
 		{ApprovalPath("up-v2"), KindApproval, "up-v2"},
