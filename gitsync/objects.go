@@ -352,19 +352,18 @@ func storePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.Enc
 // at 100,000 nodes (BenchmarkWriteStatus/100k). So a writer is opened and
 // closed empty (its temporary file removed, nothing registered) for its
 // hook, which then gets p's index. Opening the writer also drops the pack
-// list go-git caches under ExclusiveAccess, so the new pack is listed. A
-// storage whose writer has no hook is reindexed.
+// list go-git caches under ExclusiveAccess, so the new pack is listed.
+// Where the hook cannot be had (another writer type, a writer that fails),
+// the storage is reindexed as before: slower, as correct.
 func registerPack(fs *filesystem.Storage, p *encodedPack) error {
-	w, err := fs.PackfileWriter()
-	if err != nil {
-		return err
-	}
 	var notify func(plumbing.Hash, *idxfile.Writer)
-	if pw, ok := w.(*dotgit.PackWriter); ok {
-		notify, pw.Notify = pw.Notify, nil
-	}
-	if err := w.Close(); err != nil {
-		return err
+	if w, err := fs.PackfileWriter(); err == nil {
+		if pw, ok := w.(*dotgit.PackWriter); ok {
+			notify, pw.Notify = pw.Notify, nil
+		}
+		if err := w.Close(); err != nil {
+			notify = nil
+		}
 	}
 	if notify == nil {
 		fs.Reindex()
