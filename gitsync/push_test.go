@@ -49,16 +49,7 @@ func TestEncodePackIsWhatGitReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := packTestFiles()
-	ov := newOverlay(repo.Storer)
-	tree, err := editTree(ov, plumbing.ZeroHash, files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig := object.Signature{Name: "hub", Email: "hub@example.com", When: testStart}
-	commit, err := writeCommit(ov, tree, nil, sig, sig, "Status\n")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ov, commit := statusCommitIn(t, repo.Storer, files)
 	objs := make([]plumbing.EncodedObject, len(ov.order))
 	for i, h := range ov.order {
 		objs[i] = ov.objs[h]
@@ -124,6 +115,23 @@ func TestEncodePackIsWhatGitReads(t *testing.T) {
 		}
 		gittest.Git(t, bare, "fsck", "--strict", "--no-progress", "--no-dangling")
 	})
+}
+
+// statusCommitIn builds a root commit of files in an overlay of s, not
+// written to s yet.
+func statusCommitIn(t *testing.T, s storer.EncodedObjectStorer, files map[string][]byte) (*overlay, plumbing.Hash) {
+	t.Helper()
+	ov := newOverlay(s)
+	tree, err := editTree(ov, plumbing.ZeroHash, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := object.Signature{Name: "hub", Email: "hub@example.com", When: testStart}
+	commit, err := writeCommit(ov, tree, nil, sig, sig, "Status\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ov, commit
 }
 
 func gitHashObject(t *testing.T, data []byte) string {
@@ -310,16 +318,7 @@ func TestStorePackRegistersItsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := packTestFiles()
-	ov := newOverlay(repo.Storer)
-	tree, err := editTree(ov, plumbing.ZeroHash, files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig := object.Signature{Name: "hub", Email: "hub@example.com", When: testStart}
-	commit, err := writeCommit(ov, tree, nil, sig, sig, "Status\n")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ov, commit := statusCommitIn(t, repo.Storer, files)
 	if _, err := ov.flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,8 @@ package hub
 import (
 	"context"
 	"maps"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/gitsync"
@@ -21,18 +19,10 @@ import (
 // branch written by an older hub (real redis-server, real mirrors, a bare
 // remote).
 func TestGenerationMarksHaveTheirOwnDocument(t *testing.T) {
-	h, _ := engineHub(t)
-	ctx := context.Background()
 	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"v":1}`})
-	open := func() *gitsync.Repo {
-		t.Helper()
-		r, err := gitsync.Open(ctx, gitsync.Source{URL: url, Dir: filepath.Join(t.TempDir(), "mirror")}, gitsync.WithStatusBranch("fleetwave/status"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
+	h, _, _ := statusHub(t, url)
+	ctx := context.Background()
+	outer := t // the mirrors opened in the subtests outlive them
 	generations := func(r *gitsync.Repo) {
 		t.Helper()
 		head, _, err := r.Fetch(ctx)
@@ -43,11 +33,6 @@ func TestGenerationMarksHaveTheirOwnDocument(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.repo, h.fence, h.metrics = open(), fence, newMetrics(h)
 	// write builds a status write and commits it, as statusStep does
 	write := func(step string) map[string][]byte {
 		t.Helper()
@@ -98,7 +83,7 @@ func TestGenerationMarksHaveTheirOwnDocument(t *testing.T) {
 	}
 
 	t.Run("a hub whose mirror is lost restores them", func(t *testing.T) {
-		h.repo = open()
+		h.repo = openMirror(outer, url)
 		if err := h.restoreMarks(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +102,7 @@ func TestGenerationMarksHaveTheirOwnDocument(t *testing.T) {
 		if _, err := h.repo.WriteStatus(ctx, map[string][]byte{status.SummaryPath: sum, status.GenerationMarksPath: nil}, "Status: older hub"); err != nil {
 			t.Fatal(err)
 		}
-		h.repo = open()
+		h.repo = openMirror(outer, url)
 		if err := h.restoreMarks(ctx); err != nil {
 			t.Fatal(err)
 		}

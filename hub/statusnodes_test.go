@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/status"
@@ -24,18 +25,8 @@ import (
 // and after every write the documents committed so far are, node by node,
 // what a hub that kept nothing builds (real redis-server, real mirror).
 func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
-	h, clk := engineHub(t)
+	h, clk, fence := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
 	ctx := context.Background()
-	repo, err := gitsync.Open(ctx, gitsync.Source{URL: gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}), Dir: filepath.Join(t.TempDir(), "mirror")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = repo.Close() })
-	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.repo, h.fence, h.metrics = repo, fence, newMetrics(h)
 	h.cfg.StaleAfter = Duration(2 * time.Minute)
 	nodes := map[string]*fleetwave.Node{}
 	for i := range 8 {
@@ -142,4 +133,31 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 	if !slices.Contains(built, "n7") {
 		t.Fatalf("n7 stale: built %v, want n7 among them", built)
 	}
+}
+
+// statusHub is a leader hub (engineHub) that writes status to a mirror of
+// the remote at url, on the status branch fleetwave/status.
+func statusHub(t *testing.T, url string) (*Hub, *clock.Fake, int64) {
+	t.Helper()
+	h, clk := engineHub(t)
+	ctx := context.Background()
+	repo := openMirror(t, url)
+	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.repo, h.fence, h.metrics = repo, fence, newMetrics(h)
+	return h, clk, fence
+}
+
+// openMirror opens a new mirror of the remote at url, closed at the end
+// of the test.
+func openMirror(t *testing.T, url string) *gitsync.Repo {
+	t.Helper()
+	r, err := gitsync.Open(context.Background(), gitsync.Source{URL: url, Dir: filepath.Join(t.TempDir(), "mirror")}, gitsync.WithStatusBranch("fleetwave/status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }

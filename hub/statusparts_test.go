@@ -3,14 +3,12 @@ package hub
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
-	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/status"
 )
@@ -21,18 +19,8 @@ import (
 // built, and after every write the parts committed so far are what a hub
 // that kept nothing builds (real redis-server, real mirror).
 func TestRolloutPartsBuiltOnlyWhenTheirItemsChanged(t *testing.T) {
-	h, clk := engineHub(t)
+	h, clk, fence := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
 	ctx := context.Background()
-	repo, err := gitsync.Open(ctx, gitsync.Source{URL: gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}), Dir: filepath.Join(t.TempDir(), "mirror")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = repo.Close() })
-	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.repo, h.fence, h.metrics = repo, fence, newMetrics(h)
 	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 10,
 		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler}}
 	for i := range 2500 {
