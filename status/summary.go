@@ -20,8 +20,9 @@ type Summary struct {
 	// Counters are the fleet's counters as it is now: the latest rollout
 	// of each BRC and the open requests.
 	Counters fleetwave.Counters `json:"counters"`
-	// GenerationMarks are what hubs before status/generation_marks.yaml
-	// wrote here (GenerationMarks there); read, never written.
+	// GenerationMarks are the generation marks as hubs wrote them here
+	// before they had their own document (GenerationMarks); read when that
+	// document is absent, never written.
 	GenerationMarks map[fleetwave.ObjectKey]int64 `json:"generation_marks,omitempty"`
 	// Generations gives, per trigger, the desired generation and the
 	// lowest its in-scope instances report. nil when the hub had no valid
