@@ -100,13 +100,17 @@ type genCache struct {
 	order  []plumbing.Hash
 	hashes map[string]string
 	marks  marks
-	// changes counts the changes of marks.Objects; version is the
-	// HighWaterSince version of marks as they were after versionAt changes.
-	changes, version, versionAt uint64
+	// version is the HighWaterSince version of marks.Objects, a new one
+	// at each change (marksChanged).
+	version uint64
 }
 
+// marksChanged gives marks.Objects a new version.
+func (g *genCache) marksChanged() { g.version = nextMarksVersion.Add(1) }
+
 func newGenCache(file string) *genCache {
-	return &genCache{file: file, states: map[plumbing.Hash]*genState{}, hashes: map[string]string{}, marks: marks{Objects: map[fleetwave.ObjectKey]mark{}}}
+	return &genCache{file: file, states: map[plumbing.Hash]*genState{}, hashes: map[string]string{}, marks: marks{Objects: map[fleetwave.ObjectKey]mark{}},
+		version: nextMarksVersion.Add(1)}
 }
 
 func (g *genCache) put(h plumbing.Hash, s *genState) {
@@ -147,7 +151,7 @@ func (g *genCache) loadMarks() error {
 		m.Objects = map[fleetwave.ObjectKey]mark{}
 	}
 	g.marks = m
-	g.changes++
+	g.marksChanged()
 	return nil
 }
 
@@ -325,7 +329,7 @@ func (g *genCache) record(commit plumbing.Hash, st *genState, only map[fleetwave
 		m := mark{Gen: o.gen, Hash: o.hash}
 		if old, ok := g.marks.Objects[k]; !ok || old != m {
 			g.marks.Objects[k] = m
-			g.changes++
+			g.marksChanged()
 			changed = true
 		}
 	}

@@ -28,12 +28,6 @@ func (r *Repo) HighWaterSince(since uint64) (map[fleetwave.ObjectKey]int64, uint
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.gens
-	if g.version == 0 {
-		g.version = nextMarksVersion.Add(1)
-	}
-	if g.changes != g.versionAt {
-		g.version, g.versionAt = nextMarksVersion.Add(1), g.changes
-	}
 	if since == g.version {
 		return nil, since
 	}
@@ -75,7 +69,7 @@ func (r *Repo) SeedHighWater(marks map[fleetwave.ObjectKey]int64) error {
 			continue
 		}
 		g.marks.Objects[k] = mark{Gen: gen, Hash: seededMarkHash}
-		g.changes++
+		g.marksChanged()
 		changed = true
 	}
 	if !changed {

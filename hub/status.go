@@ -208,6 +208,18 @@ func (h *Hub) writeRendered(files map[string][]byte, path string, j []byte) (boo
 	return true, nil
 }
 
+// keepRendered puts the document last rendered at path into files while no
+// landed status commit holds it yet (writeRendered), without rendering it
+// again, and returns whether files got it.
+func (h *Hub) keepRendered(files map[string][]byte, path string) bool {
+	d := h.rendered[path]
+	if d == nil || d.data == nil {
+		return false
+	}
+	files[path] = d.data
+	return true
+}
+
 // statusFiles renders the status documents (package status): the summary,
 // one per rollout, node and approval request. It never includes rendered
 // configs or payloads.
@@ -299,8 +311,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			// it was last built from keeps its document
 			if prev, ok := lastParts[path]; ok && h.rendered[path] != nil && slices.Equal(prev, pt.Items) {
 				partItems[path] = prev
-				if d := h.rendered[path]; d.data != nil {
-					files[path] = d.data
+				if h.keepRendered(files, path) {
 					rendered = append(rendered, path)
 				}
 				continue
@@ -422,8 +433,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	case marks != nil:
 		h.marksVersion = v // none yet: no document
 	default:
-		if d := h.rendered[status.GenerationMarksPath]; d != nil && d.data != nil {
-			files[status.GenerationMarksPath] = d.data // not landed yet
+		if h.keepRendered(files, status.GenerationMarksPath) {
 			rendered = append(rendered, status.GenerationMarksPath)
 		}
 	}
@@ -482,10 +492,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		inputs[node] = in
 		path := status.NodePath(node)
 		if prev, ok := last[node]; ok && h.rendered[path] != nil && in.same(prev) {
-			d := h.rendered[path]
 			// built from what the document was built from last time
-			if d.data != nil {
-				files[path] = d.data
+			if h.keepRendered(files, path) {
 				rendered = append(rendered, path)
 			}
 			continue
