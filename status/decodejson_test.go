@@ -9,30 +9,6 @@ import (
 	"testing"
 )
 
-// numbers (what the renderer used before decodeJSON) turns the JSON numbers of v into int64 (or float64 when not an
-// integer), so that YAML writes 1000000, not 1e+06.
-func numbers(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			v[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = numbers(e)
-		}
-	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		if f, err := v.Float64(); err == nil {
-			return f
-		}
-		return v.String()
-	}
-	return v
-}
-
 // referenceDecode is what decodeJSON replaced: encoding/json with
 // UseNumber, then numbers; ok is false where encoding/json refuses data
 // as one JSON value.
@@ -45,7 +21,7 @@ func referenceDecode(data []byte) (v any, ok bool) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, false
 	}
-	return numbers(v), true
+	return referenceNumbers(v), true
 }
 
 func checkDecodeJSON(t *testing.T, data []byte) {
@@ -158,7 +134,7 @@ func BenchmarkRenderJSON(b *testing.B) {
 		dec.UseNumber()
 		var v any
 		err := dec.Decode(&v)
-		return numbers(v), err == nil
+		return referenceNumbers(v), err == nil
 	}}, {"decodeJSON", func(d []byte) (any, bool) { v, err := decodeJSON(d); return v, err == nil }}} {
 		b.Run("decode/"+dec.name, func(b *testing.B) {
 			for b.Loop() {

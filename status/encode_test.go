@@ -50,6 +50,9 @@ func encodeReference(doc any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// referenceNumbers (what the renderer used before decodeJSON) turns the
+// JSON numbers of v into int64 (or float64 when not an integer), so that
+// YAML writes 1000000, not 1e+06: the reference decodeJSON is held to.
 func referenceNumbers(v any) any {
 	switch v := v.(type) {
 	case map[string]any:

@@ -157,7 +157,7 @@ func toGeneric(t *testing.T, v any) any {
 	if err := dec.Decode(&g); err != nil {
 		t.Fatal(err)
 	}
-	return numbers(g)
+	return referenceNumbers(g)
 }
 
 // TestRenderJSONIsEncode: a node and a rollout part rendered from their
