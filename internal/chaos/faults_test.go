@@ -290,12 +290,17 @@ func (c *cluster) remoteOutage(f *faultRec) error {
 		return err
 	}
 	// A receive-pack that was writing when the directory moved may leave a
-	// ref lock behind, as on a server that crashed mid-push; its owner has
-	// long finished. Clear such locks as the remote's admin would: only
-	// those older than the outage.
+	// ref lock behind, as on a server that crashed mid-push: one that had
+	// the directory open wrote its lock into the moved directory (the lock
+	// then dates from the outage, not before it) and failed to rename or
+	// remove it by its old path. Its owner has long finished. Clear such
+	// locks as the remote's admin would: those made before the remote was
+	// back.
 	time.Sleep(time.Second)
-	if stale := staleLocks(c.bare, f.at); len(stale) > 0 {
-		f.note = "(stale lock cleared: " + strings.Join(stale, ", ") + ")"
+	var cleared string
+	if stale := staleLocks(c.bare, f.restored); len(stale) > 0 {
+		cleared = "(stale lock cleared: " + strings.Join(stale, ", ") + ")"
+		f.note = cleared
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -309,7 +314,7 @@ func (c *cluster) remoteOutage(f *faultRec) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	f.note = "(no status commit within 30s of the remote's return)"
+	f.note = strings.TrimSpace(cleared + " (no status commit within 30s of the remote's return)")
 	return nil
 }
 
