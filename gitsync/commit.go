@@ -117,65 +117,21 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 	if strings.TrimSpace(message) == "" {
 		return StatusResult{}, errors.New("status commit message is empty")
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.usable(); err != nil {
-		return StatusResult{}, err
-	}
+	// One status commit at a time; the mirror's lock only while the commit
+	// is built and recorded, not while the remote takes it: a push of a
+	// large status commit (the remote indexes every object) would hold
+	// back a sync of the tracked branch for as long.
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
 	branchRef := plumbing.NewBranchReferenceName(r.StatusBranch())
-	localRef := r.trackingRef()
-	if r.opts.statusBranch != "" {
-		localRef = r.statusRef()
-	}
 	for attempt := 1; ; attempt++ {
-		tracked, err := r.fetch(ctx)
+		b, err := r.buildStatus(ctx, edits, message)
 		if err != nil {
 			return StatusResult{}, err
 		}
-		ov := newOverlay(r.repo.Storer)
-		base, err := r.statusBaseFor(tracked, ov)
-		if err != nil {
-			return StatusResult{}, err
-		}
-		// Checked on the very tip the push will require (the push is a
-		// compare-and-swap on it), so no newer leader's commit can slip in.
-		if err := r.checkFence(ctx, base, message); err != nil {
-			return StatusResult{}, err
-		}
-		all, foreign, err := r.restoreForeignEdits(ctx, base.commit, edits)
-		if err != nil {
-			return StatusResult{}, err
-		}
-		ed := &treeEditor{s: ov, read: func(h plumbing.Hash) (*object.Tree, error) {
-			if t := r.kept[h]; t != nil {
-				return t, nil
-			}
-			return object.GetTree(ov, h)
-		}}
-		tree, err := ed.edit(base.tree, all)
-		if err != nil {
-			return StatusResult{}, fmt.Errorf("build status tree: %w", err)
-		}
-		if tree == base.tree {
-			r.opts.log.Debug().Str("branch", branchRef.Short()).Str("commit", base.lease.String()).Msg("status unchanged: nothing to commit")
+		if b == nil {
 			return StatusResult{Attempts: attempt}, nil
 		}
-		overwritten, err := r.overwritten(base.tree, tree, foreign, ov)
-		if err != nil {
-			return StatusResult{}, err
-		}
-		sig := object.Signature{Name: r.opts.authorName, Email: r.opts.authorEmail, When: r.opts.clock.Now()}
-		h, err := writeCommit(ov, tree, base.parents, sig, sig, message)
-		if err != nil {
-			return StatusResult{}, fmt.Errorf("write status commit: %w", err)
-		}
-		pack, err := ov.flush()
-		if err != nil {
-			return StatusResult{}, fmt.Errorf("store status objects: %w", err)
-		}
-		// in the mirror now, whether or not the push lands: the next
-		// status commit, here or after a race, edits them again
-		r.kept = ed.written
 		if r.beforePush != nil {
 			r.beforePush(attempt)
 		}
@@ -184,22 +140,10 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		// branch only if it is still absent: a branch someone created
 		// meanwhile is a race like any other
 		pctx, cancel := transportContext(ctx)
-		err = r.pushPack(pctx, branchRef, base.lease, h, pack)
+		err = r.pushPack(pctx, branchRef, b.lease, b.commit, b.pack)
 		cancel()
 		if err == nil {
-			if err := r.repo.Storer.SetReference(plumbing.NewHashReference(localRef, h)); err != nil {
-				return StatusResult{}, fmt.Errorf("update tracking ref: %w", err)
-			}
-			for _, p := range overwritten {
-				r.opts.log.Warn().Str("path", p).Str("commit", h.String()).Msg("human edit under status/ overwritten")
-			}
-			ev := r.opts.log.Info().Str("branch", branchRef.Short()).Str("commit", h.String())
-			if !base.lease.IsZero() {
-				ev = ev.Str("parent", base.lease.String())
-			}
-			ev.Int("files", len(all)).Int("try", attempt).Msg("status pushed")
-			r.maybeCompact()
-			return StatusResult{Commit: h.String(), Attempts: attempt, Overwritten: overwritten}, nil
+			return r.statusPushed(branchRef, b, attempt)
 		}
 		if ctx.Err() != nil {
 			return StatusResult{}, ctx.Err()
@@ -224,6 +168,112 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		case <-time.After(wait): // a network retry delay: real time, whatever clock stamps the commits
 		}
 	}
+}
+
+// statusBuild is a status commit written into the mirror, not pushed.
+type statusBuild struct {
+	lease       plumbing.Hash // the remote branch's tip it is built on (zero: a new branch)
+	localRef    plumbing.ReferenceName
+	commit      plumbing.Hash
+	pack        *encodedPack
+	files       int
+	overwritten []string
+}
+
+// buildStatus fetches, builds the status commit of edits on the status
+// branch's tip and writes it into the mirror; nil when the tree would not
+// change. It holds mu.
+func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message string) (*statusBuild, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
+	localRef := r.trackingRef()
+	if r.opts.statusBranch != "" {
+		localRef = r.statusRef()
+	}
+	tracked, err := r.fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ov := newOverlay(r.repo.Storer)
+	base, err := r.statusBaseFor(tracked, ov)
+	if err != nil {
+		return nil, err
+	}
+	// Checked on the very tip the push will require (the push is a
+	// compare-and-swap on it), so no newer leader's commit can slip in.
+	if err := r.checkFence(ctx, base, message); err != nil {
+		return nil, err
+	}
+	all, foreign, err := r.restoreForeignEdits(ctx, base.commit, edits)
+	if err != nil {
+		return nil, err
+	}
+	ed := &treeEditor{s: ov, read: func(h plumbing.Hash) (*object.Tree, error) {
+		if t := r.kept[h]; t != nil {
+			return t, nil
+		}
+		return object.GetTree(ov, h)
+	}}
+	tree, err := ed.edit(base.tree, all)
+	if err != nil {
+		return nil, fmt.Errorf("build status tree: %w", err)
+	}
+	if tree == base.tree {
+		r.opts.log.Debug().Str("branch", r.StatusBranch()).Str("commit", base.lease.String()).Msg("status unchanged: nothing to commit")
+		return nil, nil
+	}
+	overwritten, err := r.overwritten(base.tree, tree, foreign, ov)
+	if err != nil {
+		return nil, err
+	}
+	sig := object.Signature{Name: r.opts.authorName, Email: r.opts.authorEmail, When: r.opts.clock.Now()}
+	h, err := writeCommit(ov, tree, base.parents, sig, sig, message)
+	if err != nil {
+		return nil, fmt.Errorf("write status commit: %w", err)
+	}
+	pack, err := ov.flush()
+	if err != nil {
+		return nil, fmt.Errorf("store status objects: %w", err)
+	}
+	// in the mirror now, whether or not the push lands: the next status
+	// commit, here or after a race, edits them again
+	r.kept = ed.written
+	return &statusBuild{lease: base.lease, localRef: localRef, commit: h, pack: pack, files: len(all), overwritten: overwritten}, nil
+}
+
+// statusPushed records a pushed status commit in the mirror. A Fetch
+// while the push ran may have moved the local ref already: to the commit
+// itself, or past it (someone's commit on top); only a ref still at the
+// commit's base is set to it, so none goes back. It holds mu.
+func (r *Repo) statusPushed(branch plumbing.ReferenceName, b *statusBuild, attempt int) (StatusResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := StatusResult{Commit: b.commit.String(), Attempts: attempt, Overwritten: b.overwritten}
+	if err := r.usable(); err != nil {
+		return res, nil // closed meanwhile: the commit is on the remote all the same
+	}
+	cur, err := r.repo.Reference(b.localRef, true)
+	switch {
+	case errors.Is(err, plumbing.ErrReferenceNotFound) && b.lease.IsZero(), err == nil && cur.Hash() == b.lease:
+		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(b.localRef, b.commit)); err != nil {
+			return StatusResult{}, fmt.Errorf("update tracking ref: %w", err)
+		}
+	case err != nil && !errors.Is(err, plumbing.ErrReferenceNotFound):
+		return StatusResult{}, fmt.Errorf("read tracking ref: %w", err)
+	}
+	for _, p := range b.overwritten {
+		r.opts.log.Warn().Str("path", p).Str("commit", b.commit.String()).Msg("human edit under status/ overwritten")
+	}
+	ev := r.opts.log.Info().Str("branch", branch.Short()).Str("commit", b.commit.String())
+	if !b.lease.IsZero() {
+		ev = ev.Str("parent", b.lease.String())
+	}
+	ev.Int("files", b.files).Int("try", attempt).Msg("status pushed")
+	r.maybeCompact()
+	return res, nil
 }
 
 // restoreForeignEdits finds the paths under status/ that differ between

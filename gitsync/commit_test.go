@@ -8,7 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
@@ -267,5 +271,101 @@ func TestAMirrorWithADamagedRefIsClonedAgain(t *testing.T) {
 			t.Fatalf("after a damaged ref %q: head %s, want %s", damage, got, want)
 		}
 		_ = r.Close()
+	}
+}
+
+// A sync of the tracked branch does not wait while the remote takes a
+// status commit: at 100,000 nodes the remote indexes tens of thousands of
+// objects for one, seconds in which a push of the config went unseen.
+func TestFetchRunsWhileAStatusCommitIsPushed(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url)
+	fetch(t, r)
+	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
+
+	advertised, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r.afterAdvertise = func() {
+		once.Do(func() {
+			close(advertised)
+			select {
+			case <-release:
+			case <-time.After(time.Minute): // the test failed already; let the push end
+			}
+		})
+	}
+	type result struct {
+		commit string
+		err    error
+	}
+	pushed := make(chan result, 1)
+	go func() {
+		c, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status")
+		pushed <- result{c, err}
+	}()
+	<-advertised
+	fetched := make(chan string, 1)
+	go func() {
+		head, _, err := r.Fetch(context.Background())
+		if err != nil {
+			t.Errorf("Fetch during the status push: %v", err)
+		}
+		fetched <- head
+	}()
+	select {
+	case head := <-fetched:
+		if head != human {
+			t.Errorf("Fetch during the status push = %s, want the human commit %s", head, human)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Fetch waited for the status commit's push")
+	}
+	close(release)
+	res := <-pushed
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if got, want := gittest.Log(t, url), []string{"Status", "Human change", "Initial commit"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %q, want %q", got, want)
+	}
+	if head := fetch(t, r); head != res.commit {
+		t.Fatalf("after the push the mirror follows %s, want the status commit %s", head, res.commit)
+	}
+}
+
+// A status commit's push is recorded in the mirror only over the tip it
+// was built on: a Fetch while it ran may have moved the ref to it or past
+// it already, and the ref never goes back.
+func TestStatusPushedNeverMovesTheTrackingRefBack(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url)
+	base := plumbing.NewHash(fetch(t, r))
+	human := plumbing.NewHash(gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change"))
+	branch := plumbing.NewBranchReferenceName("main")
+	tracked := func() plumbing.Hash {
+		t.Helper()
+		ref, err := r.repo.Reference(r.trackingRef(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ref.Hash()
+	}
+
+	// the ref still at the base: set to the pushed commit
+	if _, err := r.statusPushed(branch, &statusBuild{lease: base, localRef: r.trackingRef(), commit: human}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := tracked(); got != human {
+		t.Fatalf("ref at the base: now %s, want the pushed commit %s", got, human)
+	}
+	// the ref past the base already: left where it is
+	other := plumbing.NewHash("0123456789abcdef0123456789abcdef01234567")
+	if _, err := r.statusPushed(branch, &statusBuild{lease: base, localRef: r.trackingRef(), commit: other}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := tracked(); got != human {
+		t.Fatalf("ref moved past the base: now %s, want it left at %s", got, human)
 	}
 }

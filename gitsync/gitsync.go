@@ -179,6 +179,10 @@ type Repo struct {
 	// (treeEditor): the next one edits them.
 	kept map[plumbing.Hash]*object.Tree
 
+	// statusMu serializes WriteStatus calls (held across a whole status
+	// commit, its push included; mu only around the mirror's work).
+	statusMu sync.Mutex
+
 	// writes queues CommitFiles calls (held across a whole write, its
 	// callbacks and backoff included; mu only around git work), so the
 	// hub's own writes never race one another.
