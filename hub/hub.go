@@ -113,12 +113,6 @@ type Hub struct {
 	// partItems are the items each part of a large rollout's items was
 	// last built from (statusFiles), kept and forgotten with rendered.
 	partItems map[string][]fleetwave.Item
-	// nodeBacklog are the node documents a status write left for the next
-	// ones (capNodeDocs): they go first in the next write.
-	nodeBacklog map[string]bool
-	// nodeDocsPerCommit overrides maxNodeDocsPerCommit when above zero
-	// (tests).
-	nodeDocsPerCommit int
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
@@ -145,18 +144,11 @@ func (h *Hub) statusStep(ctx context.Context) {
 		}
 	}
 	h.mu.Lock()
-	if b.deferred == 0 {
-		h.statusMark = mark
-	} else {
-		h.statusMark = "" // node documents wait: the next write is due whatever changes
-	}
+	h.statusMark = mark
 	h.mu.Unlock()
-	if b.deferred > 0 {
-		h.kick(h.statusSoon)
-	}
 	if commit != "" {
 		h.log.Info().Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Int("nodes_deferred", b.deferred).Msg("status committed")
+			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Msg("status committed")
 	}
 }
 
@@ -182,9 +174,6 @@ type statusBatch struct {
 	// inputs changed); the others kept theirs. partsBuilt are the same for
 	// the parts of large rollouts' items, by path.
 	nodesBuilt, partsBuilt []string
-	// deferred counts the node documents left for the next writes
-	// (capNodeDocs).
-	deferred int
 }
 
 // renderedDoc is a status document as last rendered: the digest of what
@@ -546,61 +535,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 	}
 	h.nodeInputs, h.partItems = inputs, partItems
-	limit := maxNodeDocsPerCommit
-	if h.nodeDocsPerCommit > 0 {
-		limit = h.nodeDocsPerCommit
-	}
-	rendered, deferred := h.capNodeDocs(files, rendered, limit)
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
-		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt, deferred: deferred}, nil
-}
-
-// maxNodeDocsPerCommit bounds the node documents one status commit
-// carries. A fleet-wide rollout created at 100,000 nodes changes every
-// node's document at once (each lists the item waiting on it): one commit
-// of them all took over 10 s to write and push on two cores, while the
-// summary and the rollouts' documents, which every commit carries, waited
-// with it.
-const maxNodeDocsPerCommit = 10_000
-
-// capNodeDocs leaves out of files the node documents beyond limit: those
-// a previous write left out go first, then by path. A document left out
-// is not landed, so the next writes carry it (rendered again if its
-// inputs changed meanwhile). It returns rendered without them and how
-// many were left out.
-func (h *Hub) capNodeDocs(files map[string][]byte, rendered []string, limit int) ([]string, int) {
-	var nodes []string
-	for p := range files {
-		if k, _ := status.ParsePath(p); k == status.KindNode {
-			nodes = append(nodes, p)
-		}
-	}
-	backlog := h.nodeBacklog
-	h.nodeBacklog = nil
-	if len(nodes) <= limit {
-		return rendered, 0
-	}
-	slices.SortFunc(nodes, func(a, b string) int {
-		if backlog[a] != backlog[b] {
-			if backlog[a] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	h.nodeBacklog = make(map[string]bool, len(nodes)-limit)
-	for _, p := range nodes[limit:] {
-		delete(files, p)
-		h.nodeBacklog[p] = true
-	}
-	kept := rendered[:0]
-	for _, p := range rendered {
-		if !h.nodeBacklog[p] {
-			kept = append(kept, p)
-		}
-	}
-	return kept, len(nodes) - limit
+		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt}, nil
 }
 
 // nodeInputs is what a node's status document is built from, by value. A
