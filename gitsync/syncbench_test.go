@@ -33,7 +33,15 @@ import (
 // FLEETWAVE_SYNC_CPUPROFILE=FILE profiles the timed steps only.
 func BenchmarkSyncOneFile(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
-		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) { benchSync(b, n) })
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) { benchSync(b, n, nodeFile) })
+	}
+}
+
+// BenchmarkSyncOneBRC is BenchmarkSyncOneFile where each commit changes a
+// BRC, as a push that starts a rollout does: the nodes/ tree stays as it was.
+func BenchmarkSyncOneBRC(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) { benchSync(b, n, brcFile) })
 	}
 }
 
@@ -97,7 +105,7 @@ func (s *syncer) step(ctx context.Context) (*fleetwave.Snapshot, error) {
 	return snap, nil
 }
 
-func benchSync(b *testing.B, nodes int) {
+func benchSync(b *testing.B, nodes int, pick func(work string) string) {
 	for k, v := range map[string]string{"GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1"} {
 		b.Setenv(k, v)
 	}
@@ -129,7 +137,7 @@ func benchSync(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 
-	node := filepath.Join(work, nodeFile(work))
+	node := filepath.Join(work, pick(work))
 	orig, err := os.ReadFile(node)
 	if err != nil {
 		b.Fatal(err)
@@ -187,6 +195,16 @@ func benchSync(b *testing.B, nodes int) {
 func nodeFile(work string) string {
 	for i := 42; ; i++ {
 		p := fmt.Sprintf("nodes/node-%06d.cue", i)
+		if _, err := os.Stat(filepath.Join(work, p)); err == nil {
+			return p
+		}
+	}
+}
+
+// brcFile returns the path of a .cue BRC file of the generated tree.
+func brcFile(work string) string {
+	for i := 0; ; i++ {
+		p := fmt.Sprintf("brc/brc-%03d.cue", i)
 		if _, err := os.Stat(filepath.Join(work, p)); err == nil {
 			return p
 		}

@@ -115,7 +115,7 @@ func (h *Hub) Node(ctx context.Context, id string) (api.NodeView, error) {
 // these nodes only: a node's drift depends on its record alone.
 func (h *Hub) nodeViews(ctx context.Context, snap *fleetwave.Snapshot, obs fleetwave.Observations, ids []string, override map[string]*fleetwave.Node) ([]api.NodeView, error) {
 	sub := *snap
-	sub.Nodes = make(map[string]*fleetwave.Node, len(ids))
+	sub.Nodes, sub.NodeIDs = make(map[string]*fleetwave.Node, len(ids)), nil
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true

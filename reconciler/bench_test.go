@@ -2,7 +2,9 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,4 +80,33 @@ func TestPlan10kFigure(t *testing.T) {
 	if d > 2*time.Second {
 		t.Errorf("plan took %v, target < 2s", d)
 	}
+}
+
+// BenchmarkScope100k scopes BRCs of a 100,000-node snapshot: one that lists
+// one node (a push of such a BRC plans it alone), and one of the whole
+// fleet, with the node ids the loader sorted and without them (sorted at
+// each call, as every Scope did before the loader kept them).
+func BenchmarkScope100k(b *testing.B) {
+	snap := testSnapshot()
+	snap.Nodes = map[string]*fleetwave.Node{}
+	for i := range 100_000 {
+		id := fmt.Sprintf("node-%06d", i)
+		snap.Nodes[id] = &fleetwave.Node{ID: id, Workspace: fmt.Sprintf("ws-%03d", i%300),
+			Labels: map[string]string{"region": []string{"eu", "us", "ap"}[i%3]}}
+	}
+	listed := &fleetwave.Trigger{Name: "probe", BlockName: "operator", Nodes: []string{"node-000042"}}
+	fleet := &fleetwave.Trigger{Name: "eu", BlockName: "operator", Selector: &fleetwave.Selector{MatchLabels: map[string]string{"region": "eu"}}}
+	run := func(name string, t *fleetwave.Trigger, ids []string, want int) {
+		b.Run(name, func(b *testing.B) {
+			snap.NodeIDs = ids
+			for b.Loop() {
+				if got := len(Scope(snap, t)); got != want {
+					b.Fatalf("scope of %d nodes, want %d", got, want)
+				}
+			}
+		})
+	}
+	run("listed", listed, nil, 1)
+	run("fleet", fleet, slices.Sorted(maps.Keys(snap.Nodes)), 33_334)
+	run("fleet-unsorted", fleet, nil, 33_334)
 }

@@ -304,10 +304,22 @@ func TestScopeFollowsEveryFilter(t *testing.T) {
 		snap.Triggers["org"] = &fleetwave.Trigger{Name: "org", BlockName: "operator", TargetOrganizations: []string{"acme"}}
 		snap.Triggers["ws"] = &fleetwave.Trigger{Name: "ws", BlockName: "operator", TargetWorkspaces: []string{"ws-a"},
 			Nodes: []string{"n001", "n002", "n003", "n004", "n005", "n006"}}
+		// listed out of order, twice, and with ids of no node
+		listed := []string{"n-none", "zz"}
+		for _, id := range snap.SortedNodeIDs() {
+			if r.Intn(4) == 0 {
+				listed = append(listed, id, id)
+			}
+		}
+		r.Shuffle(len(listed), func(i, j int) { listed[i], listed[j] = listed[j], listed[i] })
+		snap.Triggers["listed"] = &fleetwave.Trigger{Name: "listed", BlockName: "operator", Nodes: listed}
+		if seed%2 == 0 {
+			snap.NodeIDs = slices.Sorted(maps.Keys(snap.Nodes)) // as the loader sets them
+		}
 		for _, name := range slices.Sorted(maps.Keys(snap.Triggers)) {
 			tr := snap.Triggers[name]
 			var want []string
-			for _, id := range snap.SortedNodeIDs() {
+			for _, id := range slices.Sorted(maps.Keys(snap.Nodes)) {
 				n := snap.Nodes[id]
 				org := n.Organization
 				if org == "" && snap.Workspaces[n.Workspace] != nil {

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/fleetwave/fleetwave"
@@ -60,6 +61,10 @@ func TestBaseTreeIsValid(t *testing.T) {
 	}
 	if got := snap.Blocks["web"].Actions["upgrade"].TimeoutText; got != "30s" {
 		t.Errorf("an explicit timeout must win over the default, got %q", got)
+	}
+	// the loader sorts the node ids once, for SortedNodeIDs and Scope
+	if want := []string{"n1", "n2"}; !slices.Equal(snap.NodeIDs, want) || !slices.Equal(snap.SortedNodeIDs(), want) {
+		t.Errorf("NodeIDs = %v, SortedNodeIDs = %v, want %v", snap.NodeIDs, snap.SortedNodeIDs(), want)
 	}
 }
 

@@ -215,6 +215,11 @@ func (v *Validator) Load(files map[string][]byte) (*fleetwave.Snapshot, error) {
 			snap.Approvals[name] = x
 		}
 	}
+	snap.NodeIDs = make([]string, 0, len(snap.Nodes))
+	for id := range snap.Nodes {
+		snap.NodeIDs = append(snap.NodeIDs, id)
+	}
+	slices.Sort(snap.NodeIDs)
 	// The cross-object checks position their errors in the referring file:
 	// its data is built again only when it has such an error.
 	dataOf := func(p string) cue.Value { return v.buildData(p, files[p]) }
