@@ -59,7 +59,7 @@ func (hubNormalizer) Normalize(p string, data []byte) ([]byte, error) {
 // syncer is the hub's sync of one commit, stage by stage.
 type syncer struct {
 	repo *gitsync.Repo
-	v    *schema.Validator
+	seq  *schema.Sequence // as the hub loads the commits it follows
 	last string
 	// stage times of the last step
 	fetch, files, load, gens time.Duration
@@ -89,7 +89,7 @@ func (s *syncer) step(ctx context.Context) (*fleetwave.Snapshot, error) {
 		return nil, fmt.Errorf("refused files: %v", refused)
 	}
 	t2 := time.Now()
-	snap, err := s.v.Load(files)
+	snap, err := s.seq.Load(files)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func benchSync(b *testing.B, nodes int, pick func(work string) string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &syncer{repo: repo, v: v}
+	s := &syncer{repo: repo, seq: v.Sequence()}
 	if _, err := s.step(ctx); err != nil {
 		b.Fatal(err)
 	}

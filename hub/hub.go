@@ -37,12 +37,14 @@ type Hub struct {
 	// its previous process's lease or fence.
 	owner string
 
-	redis         *redisBackend
-	creds         *credstore.Store
-	sealer        *sealer // seals credentials into rendered configs (nil without creds)
-	eng           *engine.Engine
-	repo          *gitsync.Repo
-	validator     *schema.Validator
+	redis     *redisBackend
+	creds     *credstore.Store
+	sealer    *sealer // seals credentials into rendered configs (nil without creds)
+	eng       *engine.Engine
+	repo      *gitsync.Repo
+	validator *schema.Validator
+	// sequence loads the commits the sync follows, each from the last
+	sequence      *schema.Sequence
 	tokens        map[string]string       // hex sha256(token) -> node
 	users         map[string]api.Identity // hex sha256(token) -> API caller
 	webhookSecret []byte
@@ -217,6 +219,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	if h.validator, err = schema.New(); err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
+	h.sequence = h.validator.Sequence()
 	if h.creds, err = openCredentials(cfg); err != nil {
 		return nil, err
 	}

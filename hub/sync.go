@@ -11,7 +11,6 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/gitsync"
-	"github.com/fleetwave/fleetwave/schema"
 )
 
 // syncStep fetches the tracked branch and, for a new commit that is not a
@@ -45,7 +44,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 			return
 		}
 	}
-	snap, verr, err := loadAt(ctx, h.repo, h.validator, head)
+	snap, verr, err := loadAt(ctx, h.repo, h.sequence.Load, head)
 	if err != nil {
 		log.Warn().Err(err).Msg("read or validate commit")
 		return
@@ -103,16 +102,17 @@ func (h *Hub) setSync(f func(*fleetwave.SyncState)) {
 	h.kick(h.statusNow)
 }
 
-// loadAt reads commit from the object store and validates it as a whole:
-// a snapshot with its generations, or the commit's validation errors
-// (refused files included), or an error when it cannot be read at all.
-// The hub's sync and `fleetwave plan` both load commits through it.
-func loadAt(ctx context.Context, repo *gitsync.Repo, v *schema.Validator, commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
+// loadAt reads commit from the object store and validates it as a whole
+// with load (a schema.Validator's Load, or a Sequence's): a snapshot with
+// its generations, or the commit's validation errors (refused files
+// included), or an error when it cannot be read at all. The hub's sync
+// and `fleetwave plan` both load commits through it.
+func loadAt(ctx context.Context, repo *gitsync.Repo, load func(map[string][]byte) (*fleetwave.Snapshot, error), commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
 	files, refused, err := repo.Files(ctx, commit)
 	if err != nil {
 		return nil, nil, err
 	}
-	snap, err := v.Load(files)
+	snap, err := load(files)
 	var verr *fleetwave.ValidationError
 	if err != nil && !errors.As(err, &verr) {
 		return nil, nil, err

@@ -44,7 +44,11 @@ type job struct {
 // previous Load, and makes the cache hold exactly the files of this Load.
 // Each job gets its own result, so the outcome does not depend on the
 // scheduling. It returns the number of files parsed.
-func (v *Validator) checkFiles(jobs []job) int {
+func (v *Validator) checkFiles(jobs []job) int { return v.checkJobs(jobs, true) }
+
+// checkJobs is checkFiles; the cache is replaced only when keep is true (a
+// Load of a whole tree), and otherwise only read.
+func (v *Validator) checkJobs(jobs []job, keep bool) int {
 	v.mu.Lock()
 	prev := v.cache
 	v.mu.Unlock()
@@ -89,6 +93,9 @@ func (v *Validator) checkFiles(jobs []job) int {
 		}()
 	}
 	wg.Wait()
+	if !keep {
+		return len(todo)
+	}
 
 	// Keep only the files of this Load: the cache is bounded by the tree.
 	next2 := make(map[cacheKey]*fileResult, len(jobs))

@@ -20,11 +20,19 @@ import (
 // and references.
 func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.ObjectKey]string, dataOf func(path string) cue.Value) []fleetwave.FileError {
 	var errs []fleetwave.FileError
-	configKey := fleetwave.Key(fleetwave.KindConfig, configStem)
-	if _, ok := present[configKey]; !ok {
+	if _, ok := present[fleetwave.Key(fleetwave.KindConfig, configStem)]; !ok {
 		errs = append(errs, fleetwave.FileError{Path: configStem + ".cue",
 			Msg: "missing the kind:config object, expected fleetwave.cue, fleetwave.yaml or fleetwave.json at the repository root"})
 	}
+	errs = append(errs, referenceErrors(snap, objs, present, dataOf)...)
+	return append(errs, ownerConflicts(snap, objs, dataOf)...)
+}
+
+// referenceErrors runs the checks of each of objs against the other objects
+// of snap (present lists every object file of the tree, valid or not).
+func referenceErrors(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.ObjectKey]string, dataOf func(path string) cue.Value) []fleetwave.FileError {
+	var errs []fleetwave.FileError
+	configKey := fleetwave.Key(fleetwave.KindConfig, configStem)
 	_, configValid := snap.Objects[configKey]
 
 	exists := func(k fleetwave.Kind, name string) bool {
@@ -135,7 +143,7 @@ func crossCheck(snap *fleetwave.Snapshot, objs []*object, present map[fleetwave.
 		}
 		errs = append(errs, c.errs...)
 	}
-	return append(errs, ownerConflicts(snap, objs, dataOf)...)
+	return errs
 }
 
 // maxOwnersPaired bounds the triggers of one block instance that a later

@@ -150,6 +150,13 @@ type object struct {
 // results are cached by path and content hash: a file already checked by
 // the previous Load is not parsed again (see the package documentation).
 func (v *Validator) Load(files map[string][]byte) (*fleetwave.Snapshot, error) {
+	snap, _, err := v.load(files)
+	return snap, err
+}
+
+// load is Load; for a valid tree it also returns what a Sequence keeps of
+// it.
+func (v *Validator) load(files map[string][]byte) (*fleetwave.Snapshot, *loaded, error) {
 	paths := make([]job, 0, len(files))
 	var errs []fleetwave.FileError
 	for p := range files {
@@ -228,9 +235,9 @@ func (v *Validator) Load(files map[string][]byte) (*fleetwave.Snapshot, error) {
 	if len(errs) > 0 {
 		verr := &fleetwave.ValidationError{Errors: dedupe(errs)}
 		verr.Sort()
-		return nil, verr
+		return nil, nil, verr
 	}
-	return snap, nil
+	return snap, &loaded{files: files, snap: snap, objs: objs, present: present}, nil
 }
 
 func dedupe(errs []fleetwave.FileError) []fleetwave.FileError {
