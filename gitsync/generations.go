@@ -1,12 +1,14 @@
 package gitsync
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +54,9 @@ type pathState struct {
 type genState struct {
 	paths map[string]pathState
 	objs  map[fleetwave.ObjectKey]objState
+	// res is the generations of objs (result), kept up to date by a
+	// replay that knows what it moved, nil when it must be built again
+	res map[fleetwave.ObjectKey]int64
 }
 
 func newGenState() *genState {
@@ -66,17 +71,38 @@ func (s *genState) clone() *genState {
 	for k, v := range s.objs {
 		c.objs[k] = v
 	}
+	if s.res != nil {
+		c.res = maps.Clone(s.res)
+	}
 	return c
 }
 
+// result returns the generation of every object present, a map of the
+// caller's: at 100,000 objects a copy of res is a tenth of building it.
 func (s *genState) result() map[fleetwave.ObjectKey]int64 {
-	out := make(map[fleetwave.ObjectKey]int64, len(s.objs))
-	for k, o := range s.objs {
-		if o.hash != absentObjectHash {
-			out[k] = o.gen
+	if s.res == nil {
+		s.res = make(map[fleetwave.ObjectKey]int64, len(s.objs))
+		for k, o := range s.objs {
+			if o.hash != absentObjectHash {
+				s.res[k] = o.gen
+			}
 		}
 	}
-	return out
+	return maps.Clone(s.res)
+}
+
+// moved brings res up to date with the objects keys, which a replay changed.
+func (s *genState) moved(keys map[fleetwave.ObjectKey]bool) {
+	if s.res == nil {
+		return
+	}
+	for k := range keys {
+		if o, ok := s.objs[k]; ok && o.hash != absentObjectHash {
+			s.res[k] = o.gen
+		} else {
+			delete(s.res, k)
+		}
+	}
 }
 
 // mark is the highest generation returned for an object and the content
@@ -88,6 +114,8 @@ type mark struct {
 
 // marks are the high-water marks and the commit they were last taken at.
 type marks struct {
+	// Seq is the number of the last save the file holds (see saveMarks).
+	Seq     uint64                       `json:"seq,omitempty"`
 	Tip     string                       `json:"tip,omitempty"`
 	Objects map[fleetwave.ObjectKey]mark `json:"objects,omitempty"`
 }
@@ -101,16 +129,31 @@ type genCache struct {
 	hashes map[string]string
 	marks  marks
 	// version is the HighWaterSince version of marks.Objects, a new one
-	// at each change (marksChanged).
+	// at each change (setMark).
 	version uint64
+	// the journal of the marks (saveMarks): the marks changed since the
+	// last save, the number of the last save, the journal's lines, and
+	// whether the next save rewrites the base
+	dirty        map[fleetwave.ObjectKey]bool
+	seq          uint64
+	journalLines int
+	journalBytes int
+	compact      bool
 }
 
 // marksChanged gives marks.Objects a new version.
 func (g *genCache) marksChanged() { g.version = nextMarksVersion.Add(1) }
 
+// setMark sets the mark of k, to be saved by the next saveMarks.
+func (g *genCache) setMark(k fleetwave.ObjectKey, m mark) {
+	g.marks.Objects[k] = m
+	g.dirty[k] = true
+	g.marksChanged()
+}
+
 func newGenCache(file string) *genCache {
 	return &genCache{file: file, states: map[plumbing.Hash]*genState{}, hashes: map[string]string{}, marks: marks{Objects: map[fleetwave.ObjectKey]mark{}},
-		version: nextMarksVersion.Add(1)}
+		version: nextMarksVersion.Add(1), dirty: map[fleetwave.ObjectKey]bool{}}
 }
 
 func (g *genCache) put(h plumbing.Hash, s *genState) {
@@ -135,33 +178,125 @@ func (g *genCache) drop(h plumbing.Hash) {
 	g.order = slices.DeleteFunc(g.order, func(x plumbing.Hash) bool { return x == h })
 }
 
+// The marks are kept in two files: a base (marksFile, every mark) and a
+// journal beside it (journalSuffix). A save appends one line to the
+// journal with the tip and the marks changed since the last save, and
+// rewrites the base (then removes the journal) only when the journal has
+// grown past its bounds or most marks changed. At 100,000 objects a whole
+// save took about 100 ms, most of the sync of a one-file commit; a line
+// takes microseconds. The base and each line carry the number of their
+// save: a line at or below the base's is already in it (a crash between a
+// rewrite and the journal's removal). A line cut short by a crash ends the
+// replay, and the next save rewrites the base.
+const (
+	journalSuffix   = ".journal"
+	maxJournalLines = 1000
+	maxJournalBytes = 16 << 20
+)
+
+// journalLine is one save of the journal; Tip is written even when empty.
+type journalLine struct {
+	Seq     uint64                       `json:"seq"`
+	Tip     string                       `json:"tip"`
+	Objects map[fleetwave.ObjectKey]mark `json:"objects,omitempty"`
+}
+
 func (g *genCache) loadMarks() error {
 	data, err := os.ReadFile(g.file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	default:
+		var m marks
+		if err := json.Unmarshal(data, &m); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(g.file), err)
+		}
+		if m.Objects == nil {
+			m.Objects = map[fleetwave.ObjectKey]mark{}
+		}
+		g.marks, g.seq = m, m.Seq
+	}
+	journal, err := os.ReadFile(g.file + journalSuffix)
 	if errors.Is(err, os.ErrNotExist) {
+		g.marksChanged()
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var m marks
-	if err := json.Unmarshal(data, &m); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(g.file), err)
+	g.journalBytes = len(journal)
+	for len(journal) > 0 {
+		line, rest, complete := bytes.Cut(journal, []byte("\n"))
+		var l journalLine
+		if !complete || json.Unmarshal(line, &l) != nil {
+			g.compact = true // cut short by a crash: rewritten at the next save
+			break
+		}
+		journal = rest
+		g.journalLines++
+		if l.Seq <= g.marks.Seq {
+			continue // already in the base
+		}
+		g.marks.Tip, g.seq = l.Tip, l.Seq
+		for k, m := range l.Objects {
+			g.marks.Objects[k] = m
+		}
 	}
-	if m.Objects == nil {
-		m.Objects = map[fleetwave.ObjectKey]mark{}
-	}
-	g.marks = m
 	g.marksChanged()
 	return nil
 }
 
+// saveMarks saves the marks changed since the last save: a line of the
+// journal, or the whole marks when the journal is due to be folded in.
 func (g *genCache) saveMarks() error {
+	g.seq++
+	if g.compact || g.journalLines >= maxJournalLines || g.journalBytes >= maxJournalBytes ||
+		(len(g.dirty) > 64 && 4*len(g.dirty) > len(g.marks.Objects)) {
+		return g.saveBase()
+	}
+	b := fmt.Appendf(make([]byte, 0, 128+len(g.dirty)*112), `{"seq":%d,"tip":`, g.seq)
+	b = appendJSONString(b, g.marks.Tip)
+	if len(g.dirty) > 0 {
+		b = append(b, `,"objects":`...)
+		b = appendMarkObjects(b, g.marks.Objects, g.dirty)
+	}
+	b = append(b, "}\n"...)
+	f, err := os.OpenFile(g.file+journalSuffix, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		g.compact = true // the line may be cut short: never append after it
+		return err
+	}
+	g.journalLines++
+	g.journalBytes += len(b)
+	clear(g.dirty)
+	return nil
+}
+
+// saveBase rewrites the base with every mark and removes the journal.
+func (g *genCache) saveBase() error {
+	g.marks.Seq = g.seq
 	data := appendMarks(make([]byte, 0, 64+len(g.marks.Objects)*112), &g.marks)
 	tmp := g.file + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, g.file)
+	if err := os.Rename(tmp, g.file); err != nil {
+		return err
+	}
+	// a journal left here by a crash holds lines at or below the base's
+	if err := os.Remove(g.file + journalSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	g.journalLines, g.journalBytes, g.compact = 0, 0, false
+	clear(g.dirty)
+	return nil
 }
 
 // Generations returns the generation of every object present at commit.
@@ -247,8 +382,14 @@ func (r *Repo) Generations(ctx context.Context, commit string) (map[fleetwave.Ob
 		if err := r.diffTrees(ctx, prevTree, cm.TreeHash, "", true, &changes); err != nil {
 			return nil, err
 		}
-		if err := r.applyChanges(st, changes, touched); err != nil {
+		moved := map[fleetwave.ObjectKey]bool{}
+		if err := r.applyChanges(st, changes, moved); err != nil {
+			st.res = nil // the replay stopped amid its changes
 			return nil, err
+		}
+		st.moved(moved)
+		if touched != nil {
+			maps.Copy(touched, moved)
 		}
 		if cm.Hash == tip {
 			g.raise(st)
@@ -294,6 +435,7 @@ func (r *Repo) isProperAncestor(c *object.Commit, tip plumbing.Hash) bool {
 // content (or a reappearance) gets a generation above it; an object the new
 // history lacks remembers the mark for when it appears.
 func (g *genCache) raise(st *genState) {
+	st.res = nil // any object may move
 	for k, m := range g.marks.Objects {
 		o, ok := st.objs[k]
 		switch {
@@ -328,8 +470,7 @@ func (g *genCache) record(commit plumbing.Hash, st *genState, only map[fleetwave
 	set := func(k fleetwave.ObjectKey, o objState) {
 		m := mark{Gen: o.gen, Hash: o.hash}
 		if old, ok := g.marks.Objects[k]; !ok || old != m {
-			g.marks.Objects[k] = m
-			g.marksChanged()
+			g.setMark(k, m)
 			changed = true
 		}
 	}
@@ -399,38 +540,63 @@ func (r *Repo) applyChanges(st *genState, changes []change, all map[fleetwave.Ob
 // several times cheaper than json.Marshal, and it runs on every commit.
 func appendMarks(b []byte, m *marks) []byte {
 	b = append(b, '{')
-	if m.Tip != "" {
-		b = append(b, `"tip":`...)
-		b = appendJSONString(b, m.Tip)
+	sep := false
+	if m.Seq != 0 {
+		b = append(b, `"seq":`...)
+		b = strconv.AppendUint(b, m.Seq, 10)
+		sep = true
 	}
-	if len(m.Objects) > 0 {
-		if m.Tip != "" {
+	if m.Tip != "" {
+		if sep {
 			b = append(b, ',')
 		}
-		b = append(b, `"objects":{`...)
-		first := true
-		for k, o := range m.Objects {
-			if !first {
-				b = append(b, ',')
-			}
-			first = false
-			b = appendJSONString(b, string(k))
-			b = append(b, `:{"gen":`...)
-			b = strconv.AppendInt(b, o.Gen, 10)
-			if o.Hash != "" {
-				b = append(b, `,"hash":`...)
-				b = appendJSONString(b, o.Hash)
-			}
-			b = append(b, '}')
+		b = append(b, `"tip":`...)
+		b = appendJSONString(b, m.Tip)
+		sep = true
+	}
+	if len(m.Objects) > 0 {
+		if sep {
+			b = append(b, ',')
 		}
-		b = append(b, '}')
+		b = append(b, `"objects":`...)
+		b = appendMarkObjects(b, m.Objects, nil)
 	}
 	return append(b, '}')
 }
 
-// appendJSONString appends s as a JSON string: as is when it is printable
-// ASCII with nothing to escape (object keys and hashes always are), else
-// through encoding/json.
+// appendMarkObjects appends the JSON object of the marks of objs, all of
+// them, or those of only when it is not nil.
+func appendMarkObjects(b []byte, objs map[fleetwave.ObjectKey]mark, only map[fleetwave.ObjectKey]bool) []byte {
+	b = append(b, '{')
+	first := true
+	add := func(k fleetwave.ObjectKey, o mark) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, string(k))
+		b = append(b, `:{"gen":`...)
+		b = strconv.AppendInt(b, o.Gen, 10)
+		if o.Hash != "" {
+			b = append(b, `,"hash":`...)
+			b = appendJSONString(b, o.Hash)
+		}
+		b = append(b, '}')
+	}
+	if only == nil {
+		for k, o := range objs {
+			add(k, o)
+		}
+	} else {
+		for k := range only {
+			if o, ok := objs[k]; ok {
+				add(k, o)
+			}
+		}
+	}
+	return append(b, '}')
+}
+
 func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {

@@ -68,8 +68,7 @@ func (r *Repo) SeedHighWater(marks map[fleetwave.ObjectKey]int64) error {
 		if m, ok := g.marks.Objects[k]; ok && m.Gen >= gen {
 			continue
 		}
-		g.marks.Objects[k] = mark{Gen: gen, Hash: seededMarkHash}
-		g.marksChanged()
+		g.setMark(k, mark{Gen: gen, Hash: seededMarkHash})
 		changed = true
 	}
 	if !changed {

@@ -22,7 +22,8 @@ import (
 // TestIncrementalSyncEqualsFullLoad follows a random sequence of commits
 // (files added, changed, reformatted, deleted, renamed, made invalid,
 // duplicated, replaced by a symbolic link, repaired) with one long-lived
-// mirror and Validator, whose caches make each sync incremental, and
+// mirror and a Sequence of one Validator, as the hub loads the commits it
+// follows, whose caches make each sync incremental, and
 // checks every commit against a fresh mirror and a fresh Validator: the
 // same files, refused files, snapshot or validation errors, and
 // generations.
@@ -57,7 +58,7 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		}
 		return v
 	}
-	inc, incV := openRepo(filepath.Join(t.TempDir(), "mirror")), newValidator()
+	inc, incSeq := openRepo(filepath.Join(t.TempDir(), "mirror")), newValidator().Sequence()
 	// The full side opens its mirror again for every commit, as a hub that
 	// restarts does: nothing cached in memory (cloning anew each time would
 	// only add time).
@@ -82,8 +83,8 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		if fh, _, err := full.Fetch(ctx); err != nil || fh != head {
 			t.Fatalf("fetch of the full mirror: %s, %v; want %s", fh, err, head)
 		}
-		got := syncOnce(t, inc, incV, head)
-		want := syncOnce(t, full, newValidator(), head)
+		got := syncOnce(t, inc, incSeq.Load, head)
+		want := syncOnce(t, full, newValidator().Load, head)
 		if !reflect.DeepEqual(got.files, want.files) {
 			t.Fatalf("commit %d (%s): incremental Files differ from a fresh mirror's: %d files, want %d", i, what, len(got.files), len(want.files))
 		}
@@ -138,7 +139,7 @@ type syncResult struct {
 
 // syncOnce does what the hub does for commit: Files, Load, and for a
 // valid commit Generations.
-func syncOnce(t *testing.T, r *gitsync.Repo, v *schema.Validator, commit string) syncResult {
+func syncOnce(t *testing.T, r *gitsync.Repo, load func(map[string][]byte) (*fleetwave.Snapshot, error), commit string) syncResult {
 	t.Helper()
 	ctx := context.Background()
 	files, refused, err := r.Files(ctx, commit)
@@ -146,7 +147,7 @@ func syncOnce(t *testing.T, r *gitsync.Repo, v *schema.Validator, commit string)
 		t.Fatal(err)
 	}
 	res := syncResult{files: files, refused: refused}
-	snap, err := v.Load(files)
+	snap, err := load(files)
 	if err != nil && !errors.As(err, &res.verr) {
 		t.Fatal(err)
 	}
