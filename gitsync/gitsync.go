@@ -171,6 +171,8 @@ type Repo struct {
 	// blobs are the contents of the blobs of the tree Files read last, by
 	// object id (treeFiles).
 	blobs map[plumbing.Hash][]byte
+	// lastFiles is what FilesChanged read last, the base of the next.
+	lastFiles *fileState
 	// trees are decoded trees of the mirror by hash, treeEntries their
 	// number of entries (Repo.tree).
 	trees       map[plumbing.Hash]*object.Tree

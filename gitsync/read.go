@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -53,16 +54,146 @@ func (r *Repo) treeOf(commit string) (plumbing.Hash, error) {
 // commit that changes one file of thousands costs one blob read (and a
 // walk of the trees, which is cheap next to reading blobs).
 func (r *Repo) Files(ctx context.Context, commit string) (map[string][]byte, []fleetwave.FileError, error) {
+	fs, err := r.FilesChanged(ctx, commit)
+	return fs.Files, fs.Refused, err
+}
+
+// FileSet is what FilesChanged read of a commit.
+type FileSet struct {
+	Files   map[string][]byte // as Files returns them
+	Refused []fleetwave.FileError
+	// Changed lists, sorted, the paths whose file or refusal differs from
+	// the FileSet of commit Base, the one the mirror read before; Base is
+	// "" when this one was read whole (the first read, or one that left
+	// the diff: a change under status/ or of an unsafe name).
+	Base    string
+	Changed []string
+}
+
+// FilesChanged is Files, and what changed since the commit it read last.
+// A commit read after another is read as that one's files plus the
+// paths the two trees' diff lists (identical subtrees skipped by hash):
+// at 100,000 files a copy of the last map, not a walk of every tree
+// entry. The result is the one a whole walk gives
+// (TestIncrementalSyncEqualsFullLoad).
+func (r *Repo) FilesChanged(ctx context.Context, commit string) (FileSet, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
-		return nil, nil, err
+		return FileSet{}, err
 	}
 	c, err := r.commitObject(commit)
 	if err != nil {
-		return nil, nil, err
+		return FileSet{}, err
 	}
-	return r.treeFiles(ctx, r.repo.Storer, c.TreeHash)
+	if last := r.lastFiles; last != nil {
+		next, changed, ok, err := r.filesAfter(ctx, last, c.TreeHash)
+		if err != nil {
+			return FileSet{}, err
+		}
+		if ok {
+			next.commit = commit
+			r.lastFiles = next
+			return FileSet{Files: maps.Clone(next.files), Refused: next.refusedList(), Base: last.commit, Changed: changed}, nil
+		}
+	}
+	files, refused, err := r.treeFiles(ctx, r.repo.Storer, c.TreeHash)
+	if err != nil {
+		return FileSet{}, err
+	}
+	r.lastFiles = &fileState{commit: commit, tree: c.TreeHash, files: maps.Clone(files), refused: refused}
+	return FileSet{Files: files, Refused: refused}, nil
+}
+
+// fileState is what FilesChanged read last, kept for the next one.
+type fileState struct {
+	commit  string
+	tree    plumbing.Hash
+	files   map[string][]byte // the Repo's own: callers get copies
+	refused []fleetwave.FileError
+}
+
+func (s *fileState) refusedList() []fleetwave.FileError {
+	if len(s.refused) == 0 {
+		return nil // as a walk that refused nothing
+	}
+	return slices.Clone(s.refused)
+}
+
+// filesAfter reads the files of tree from last, the state of another tree:
+// ok is false when the diff cannot give what a walk gives (a change under
+// status/, which the diff may descend into where the walk skips it, or
+// any path with an unsafe or quoted element, which the walk reports by
+// its quoted name).
+func (r *Repo) filesAfter(ctx context.Context, last *fileState, tree plumbing.Hash) (*fileState, []string, bool, error) {
+	var changes []change
+	if err := r.diffTrees(ctx, last.tree, tree, "", true, &changes); err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, false, err
+		}
+		return nil, nil, false, nil // the last tree is unreadable now: walk
+	}
+	changed := make([]string, 0, len(changes))
+	gone := make(map[string]bool, len(changes))
+	for _, ch := range changes {
+		if strings.HasPrefix(ch.path, StatusDir+"/") || strings.Contains(ch.path, `"`) {
+			return nil, nil, false, nil
+		}
+		for _, n := range strings.Split(ch.path, "/") {
+			if !safeName(n) {
+				return nil, nil, false, nil
+			}
+		}
+		changed = append(changed, ch.path)
+		gone[ch.path] = true
+	}
+	next := &fileState{tree: tree, files: last.files, refused: last.refused}
+	if len(changes) == 0 {
+		return next, changed, true, nil
+	}
+	next.files = maps.Clone(last.files)
+	next.refused = slices.DeleteFunc(slices.Clone(last.refused), func(fe fleetwave.FileError) bool { return gone[fe.Path] })
+	for _, ch := range changes {
+		delete(next.files, ch.path)
+		if ch.to.Hash.IsZero() {
+			continue // gone, or a directory now: its files are changes of their own
+		}
+		data, fe, err := r.fileEntry(r.repo.Storer, ch.path, ch.to, r.blobs)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if fe != nil {
+			next.refused = append(next.refused, *fe)
+			continue
+		}
+		next.files[ch.path] = data
+		if r.blobs != nil && len(r.blobs) < 2*len(next.files)+1024 { // bounded as a tree's blobs are
+			r.blobs[ch.to.Hash] = data
+		}
+	}
+	sort.Slice(next.refused, func(i, j int) bool { return next.refused[i].Path < next.refused[j].Path })
+	sort.Strings(changed)
+	return next, changed, true, nil
+}
+
+// fileEntry reads the file of entry e at path p from s: its content, or
+// why it is refused. Blobs found in cache are not read again.
+func (r *Repo) fileEntry(s storer.EncodedObjectStorer, p string, e object.TreeEntry, cache map[plumbing.Hash][]byte) ([]byte, *fleetwave.FileError, error) {
+	if !regular(e.Mode) {
+		fe, _ := r.refuse(s, p, e)
+		return nil, &fe, nil
+	}
+	if data, ok := cache[e.Hash]; ok {
+		return data, nil, nil
+	}
+	if fe, ok := r.refuse(s, p, e); !ok {
+		return nil, &fe, nil
+	}
+	data, err := readBlobFrom(s, e.Hash, r.opts.maxFileSize)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return data, nil, nil
 }
 
 // treeFiles is Files for a root tree read from s (the mirror, or an
@@ -80,22 +211,16 @@ func (r *Repo) treeFiles(ctx context.Context, s storer.EncodedObjectStorer, tree
 	files := make(map[string][]byte, len(prev))
 	var refused []fleetwave.FileError
 	err := r.walkFiles(ctx, s, tree, "", func(p string, e object.TreeEntry) error {
-		if !regular(e.Mode) {
-			fe, _ := r.refuse(s, p, e)
-			refused = append(refused, fe)
-			return nil
-		}
 		data, ok := prev[e.Hash]
-		if !ok {
-			if data, ok = blobs[e.Hash]; !ok {
-				if fe, ok := r.refuse(s, p, e); !ok {
-					refused = append(refused, fe)
-					return nil
-				}
-				var err error
-				if data, err = readBlobFrom(s, e.Hash, r.opts.maxFileSize); err != nil {
-					return fmt.Errorf("read %s: %w", p, err)
-				}
+		if !ok || !regular(e.Mode) {
+			var fe *fleetwave.FileError
+			var err error
+			if data, fe, err = r.fileEntry(s, p, e, blobs); err != nil {
+				return err
+			}
+			if fe != nil {
+				refused = append(refused, *fe)
+				return nil
 			}
 		}
 		blobs[e.Hash] = data

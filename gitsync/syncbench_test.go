@@ -81,15 +81,15 @@ func (s *syncer) step(ctx context.Context) (*fleetwave.Snapshot, error) {
 		}
 	}
 	t1 := time.Now()
-	files, refused, err := s.repo.Files(ctx, head)
+	fs, err := s.repo.FilesChanged(ctx, head)
 	if err != nil {
 		return nil, err
 	}
-	if len(refused) > 0 {
-		return nil, fmt.Errorf("refused files: %v", refused)
+	if len(fs.Refused) > 0 {
+		return nil, fmt.Errorf("refused files: %v", fs.Refused)
 	}
 	t2 := time.Now()
-	snap, err := s.seq.Load(files)
+	snap, err := s.seq.LoadChanged(fs.Files, head, fs.Base, fs.Changed)
 	if err != nil {
 		return nil, err
 	}

@@ -66,8 +66,8 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 
 	m := &fleetModel{t: t, dir: work, rng: rand.New(rand.NewPCG(11, 3))}
 	m.scan()
-	const commits = 14
-	valid, invalid := 0, 0
+	const commits = 24
+	valid, invalid, diffed := 0, 0, 0
 	var lastValid *fleetwave.Snapshot
 	for i := range commits {
 		what := m.mutate()
@@ -83,8 +83,8 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		if fh, _, err := full.Fetch(ctx); err != nil || fh != head {
 			t.Fatalf("fetch of the full mirror: %s, %v; want %s", fh, err, head)
 		}
-		got := syncOnce(t, inc, incSeq.Load, head)
-		want := syncOnce(t, full, newValidator().Load, head)
+		got := syncOnce(t, inc, incSeq, head)
+		want := syncOnce(t, full, nil, head)
 		if !reflect.DeepEqual(got.files, want.files) {
 			t.Fatalf("commit %d (%s): incremental Files differ from a fresh mirror's: %d files, want %d", i, what, len(got.files), len(want.files))
 		}
@@ -96,6 +96,9 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got.snap, want.snap) {
 			t.Fatalf("commit %d (%s): the incremental snapshot differs from a full load", i, what)
+		}
+		if got.base != "" {
+			diffed++
 		}
 		if err := full.Close(); err != nil {
 			t.Fatal(err)
@@ -124,34 +127,48 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		}
 	}
 	// the sequence must have exercised both outcomes
-	t.Logf("%d valid and %d invalid commits", valid, invalid)
+	t.Logf("%d valid and %d invalid commits, %d read from the one before", valid, invalid, diffed)
+	if diffed < commits/2 {
+		t.Fatalf("%d of %d commits read from the one before: the test no longer covers it", diffed, commits)
+	}
 	if valid < 4 || invalid < 4 {
 		t.Fatalf("%d valid and %d invalid commits: the random sequence should give at least 4 of each", valid, invalid)
 	}
 }
 
 type syncResult struct {
+	base    string // the commit the files were read from, "" when read whole
 	files   map[string][]byte
 	refused []fleetwave.FileError
 	snap    *fleetwave.Snapshot
 	verr    *fleetwave.ValidationError
 }
 
-// syncOnce does what the hub does for commit: Files, Load, and for a
-// valid commit Generations.
-func syncOnce(t *testing.T, r *gitsync.Repo, load func(map[string][]byte) (*fleetwave.Snapshot, error), commit string) syncResult {
+// syncOnce does what the hub does for commit: FilesChanged, a Sequence's
+// LoadChanged (a fresh Validator's Load when seq is nil), and for a valid
+// commit Generations.
+func syncOnce(t *testing.T, r *gitsync.Repo, seq *schema.Sequence, commit string) syncResult {
 	t.Helper()
 	ctx := context.Background()
-	files, refused, err := r.Files(ctx, commit)
+	fs, err := r.FilesChanged(ctx, commit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := syncResult{files: files, refused: refused}
-	snap, err := load(files)
+	res := syncResult{files: fs.Files, refused: fs.Refused, base: fs.Base}
+	var snap *fleetwave.Snapshot
+	if seq != nil {
+		snap, err = seq.LoadChanged(fs.Files, commit, fs.Base, fs.Changed)
+	} else {
+		v, verr := schema.New()
+		if verr != nil {
+			t.Fatal(verr)
+		}
+		snap, err = v.Load(fs.Files)
+	}
 	if err != nil && !errors.As(err, &res.verr) {
 		t.Fatal(err)
 	}
-	if res.verr != nil || len(refused) > 0 {
+	if res.verr != nil || len(fs.Refused) > 0 {
 		return res
 	}
 	gens, err := r.Generations(ctx, commit)
@@ -192,6 +209,9 @@ func (m *fleetModel) path(name, ext string) string {
 func (m *fleetModel) write(p string, data string) {
 	m.t.Helper()
 	_ = os.Remove(p) // a symbolic link is replaced, not followed
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		m.t.Fatal(err)
+	}
 	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
 		m.t.Fatal(err)
 	}
@@ -277,7 +297,22 @@ func (m *fleetModel) mutate() string {
 	for range 1 + m.rng.IntN(3) {
 		name := m.pick()
 		ext := m.nodes[name]
-		switch m.rng.IntN(5) {
+		switch m.rng.IntN(7) {
+		case 5:
+			// a file under status/: never read
+			m.write(filepath.Join(m.dir, "status", "note.txt"), fmt.Sprintf("status %d\n", m.rng.IntN(1000)))
+			what += " status note"
+		case 6:
+			// a file that holds no object becomes a folder, or back
+			misc := filepath.Join(m.dir, "misc")
+			if st, err := os.Stat(misc); err == nil && st.IsDir() {
+				_ = os.RemoveAll(misc)
+				m.write(misc, "a file now\n")
+			} else {
+				_ = os.Remove(misc)
+				m.write(filepath.Join(misc, "notes.txt"), fmt.Sprintf("notes %d\n", m.rng.IntN(1000)))
+			}
+			what += " misc"
 		case 0:
 			m.write(m.path(name, ext), nodeContent(name, ext, fmt.Sprintf("c%d", m.rng.IntN(4))))
 			what += " change " + name

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/schema"
 )
 
 // syncStep fetches the tracked branch and, for a new commit that is not a
@@ -44,7 +45,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 			return
 		}
 	}
-	snap, verr, err := loadAt(ctx, h.repo, h.sequence.Load, head)
+	snap, verr, err := loadAt(ctx, h.repo, h.sequence.LoadChanged, head)
 	if err != nil {
 		log.Warn().Err(err).Msg("read or validate commit")
 		return
@@ -102,17 +103,23 @@ func (h *Hub) setSync(f func(*fleetwave.SyncState)) {
 	h.kick(h.statusNow)
 }
 
+// loader validates the files of commit, given the paths changed since
+// commit base (schema.Sequence.LoadChanged; a Validator's Load ignores
+// them).
+type loader func(files map[string][]byte, commit, base string, changed []string) (*fleetwave.Snapshot, error)
+
 // loadAt reads commit from the object store and validates it as a whole
-// with load (a schema.Validator's Load, or a Sequence's): a snapshot with
+// with load: a snapshot with
 // its generations, or the commit's validation errors (refused files
 // included), or an error when it cannot be read at all. The hub's sync
 // and `fleetwave plan` both load commits through it.
-func loadAt(ctx context.Context, repo *gitsync.Repo, load func(map[string][]byte) (*fleetwave.Snapshot, error), commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
-	files, refused, err := repo.Files(ctx, commit)
+func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
+	fs, err := repo.FilesChanged(ctx, commit)
 	if err != nil {
 		return nil, nil, err
 	}
-	snap, err := load(files)
+	refused := fs.Refused
+	snap, err := load(fs.Files, commit, fs.Base, fs.Changed)
 	var verr *fleetwave.ValidationError
 	if err != nil && !errors.As(err, &verr) {
 		return nil, nil, err
@@ -133,4 +140,11 @@ func loadAt(ctx context.Context, repo *gitsync.Repo, load func(map[string][]byte
 	}
 	snap.Commit, snap.Generations = commit, gens
 	return snap, nil, nil
+}
+
+// wholeLoad is the loader of v: every commit validated whole.
+func wholeLoad(v *schema.Validator) loader {
+	return func(files map[string][]byte, _, _ string, _ []string) (*fleetwave.Snapshot, error) {
+		return v.Load(files)
+	}
 }
