@@ -27,6 +27,13 @@ func TestManagedRedisKilledMidRollout(t *testing.T) {
 	lockDir := t.TempDir()
 	remote := gittest.NewRemote(t, fleet(lockDir))
 	f := startFleet(t, remote, "managed", []string{"n1", "n2", "n3"})
+	// the rollout must span the three nodes (three waves of one) for the
+	// kill to land mid-rollout: a node reporting after the plan would join
+	// it only later, possibly after the rollout first completed
+	waitUntil(t, "the three agents reported", func() bool {
+		obs, err := f.hub.Engine().Observations(context.Background())
+		return err == nil && len(obs) == 3
+	})
 	gittest.Push(t, remote, map[string]string{"brc/web.cue": webBRC}, nil, "Roll out web 1.0.0")
 
 	// wait for the first item to complete, then kill Redis
