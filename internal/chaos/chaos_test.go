@@ -354,7 +354,7 @@ func (c *cluster) chaosPhase(t *testing.T, sc scenario) {
 	})
 	wg.Wait()
 	if len(errs) > 0 {
-		t.Errorf("injection: %s", strings.Join(errs, "; "))
+		c.errorf(t, "injection: %s", strings.Join(errs, "; "))
 	}
 }
 
@@ -364,7 +364,7 @@ func (c *cluster) finish(t *testing.T, res *runResult) {
 	settleStart := time.Now()
 	rollouts, summary, err := c.settle(settleDeadline())
 	if err != nil {
-		t.Errorf("[%s] not settled after %v: %v", c.name, time.Since(settleStart).Round(time.Millisecond), err)
+		c.errorf(t, "[%s] not settled after %v: %v", c.name, time.Since(settleStart).Round(time.Millisecond), err)
 		rollouts, summary = c.collect() // check what there is
 	} else {
 		c.logf("settled %v after the last fault", time.Since(settleStart).Round(time.Millisecond))
@@ -390,7 +390,7 @@ func (c *cluster) finish(t *testing.T, res *runResult) {
 			c.logf("%s: note: %s", name, n)
 		}
 		for _, x := range v.violations {
-			t.Errorf("[%s] invariant %q violated: %s", c.name, name, x)
+			c.errorf(t, "[%s] invariant %q violated: %s", c.name, name, x)
 		}
 	}
 }
@@ -532,7 +532,8 @@ func runFiveCrashes(t *testing.T, seed int64, after *scenario) *runResult {
 		}
 	}()
 	if _, _, err := c.settle(settleDeadline()); err != nil { // the install of generation 1
-		t.Fatalf("generation 1 did not settle: %v", err)
+		c.errorf(t, "generation 1 did not settle: %v", err)
+		t.FailNow()
 	}
 	makespan := func(crashes int, expect time.Duration) (time.Duration, error) {
 		c.mu.Lock()
@@ -565,7 +566,7 @@ func runFiveCrashes(t *testing.T, seed int64, after *scenario) *runResult {
 					c.faults = append(c.faults, f)
 					c.mu.Unlock()
 					if err != nil {
-						t.Errorf("restart after crash %d: %v", i, err)
+						c.errorf(t, "restart after crash %d: %v", i, err)
 						return
 					}
 				}
@@ -586,11 +587,13 @@ func runFiveCrashes(t *testing.T, seed int64, after *scenario) *runResult {
 	}
 	und, err := makespan(0, 0)
 	if err != nil {
-		t.Fatal(err)
+		c.errorf(t, "undisturbed: %v", err)
+		t.FailNow()
 	}
 	dis, err := makespan(5, und)
 	if err != nil {
-		t.Fatal(err)
+		c.errorf(t, "with 5 hub crashes: %v", err)
+		t.FailNow()
 	}
 	c.mu.Lock()
 	var startups []time.Duration
@@ -620,7 +623,7 @@ func runFiveCrashes(t *testing.T, seed int64, after *scenario) *runResult {
 			res.undisturbed = max(und, und2)
 		}
 		if dis > 2*res.undisturbed+allowance {
-			t.Errorf("a rollout interrupted by 5 hub crashes took %v, more than 2 x %v + %v", dis, res.undisturbed, allowance)
+			c.errorf(t, "a rollout interrupted by 5 hub crashes took %v, more than 2 x %v + %v", dis, res.undisturbed, allowance)
 		}
 	}
 	if after != nil {

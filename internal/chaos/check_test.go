@@ -533,40 +533,57 @@ func (c *cluster) checkHumans(v *invariant) {
 	}
 }
 
-// (7) No force push: every tip sampled during the run, and every update in
-// the remote's reflog, is an ancestor of the next one.
+// (7) No force push: every tip sampled during the run is an ancestor of
+// the next one, and every update in the remote's reflog moved its ref
+// from an ancestor (old -> new).
+//
+// git logs an update before it renames the ref's lock into place: a push
+// whose rename failed (the remote moved away under it) leaves a logged
+// update the ref never took, and the next update starts from the value
+// before it. Such an entry is noted, not counted as the ref's tip.
 func (c *cluster) checkNoForce(v *invariant) {
 	refs := c.refs()
 	// the tips first, the graph after: the hubs may still commit status,
 	// and the graph must hold every tip read
-	tips := map[string]map[string][]string{}
+	sampled := map[string][]string{}
+	updates := map[string][][2]string{}
 	for _, ref := range refs {
 		c.mu.Lock()
-		sampled := append([]string(nil), c.tips[ref]...)
+		sampled[ref] = append([]string(nil), c.tips[ref]...)
 		c.mu.Unlock()
-		out, err := runGit("", "--git-dir", c.bare, "log", "-g", "--format=%H", "refs/heads/"+ref)
+		raw, err := os.ReadFile(filepath.Join(c.bare, "logs", "refs", "heads", filepath.FromSlash(ref)))
 		if err != nil {
 			v.fail("reflog of %s: %v", ref, err)
 			continue
 		}
-		logged := strings.Fields(out)
-		for i, j := 0, len(logged)-1; i < j; i, j = i+1, j-1 {
-			logged[i], logged[j] = logged[j], logged[i]
+		for _, line := range strings.Split(string(raw), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 {
+				updates[ref] = append(updates[ref], [2]string{f[0], f[1]})
+			}
 		}
-		tips[ref] = map[string][]string{"sampled": sampled, "reflog": logged}
 	}
 	graph, err := commitGraph(c.bare)
 	if err != nil {
 		v.fail("commit graph: %v", err)
 		return
 	}
+	const zero = "0000000000000000000000000000000000000000"
 	for _, ref := range refs {
-		for what, list := range tips[ref] {
-			for i := 1; i < len(list); i++ {
-				v.checked++
-				if list[i] != list[i-1] && !graph.isAncestor(list[i-1], list[i]) {
-					v.fail("%s: %s tip %.10s was replaced by %.10s, not a descendant (force push)", ref, what, list[i-1], list[i])
-				}
+		list := sampled[ref]
+		for i := 1; i < len(list); i++ {
+			v.checked++
+			if list[i] != list[i-1] && !graph.isAncestor(list[i-1], list[i]) {
+				v.fail("%s: sampled tip %.10s was replaced by %.10s, not a descendant (force push)", ref, list[i-1], list[i])
+			}
+		}
+		ups := updates[ref]
+		for i, u := range ups {
+			v.checked++
+			if u[0] != zero && u[0] != u[1] && !graph.isAncestor(u[0], u[1]) {
+				v.fail("%s: the reflog moved %.10s to %.10s, not a descendant (force push)", ref, u[0], u[1])
+			}
+			if i+1 < len(ups) && ups[i+1][0] != u[1] {
+				v.notes = append(v.notes, fmt.Sprintf("%s: update %.10s -> %.10s logged but not taken (the next starts from %.10s)", ref, u[0], u[1], ups[i+1][0]))
 			}
 		}
 	}

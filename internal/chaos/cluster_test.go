@@ -81,11 +81,12 @@ type clusterOpts struct {
 // processes, the ledgers their commands write, and what the suite did to
 // them.
 type cluster struct {
-	t    *testing.T
-	name string
-	o    clusterOpts
-	bin  string
-	dir  string
+	t        *testing.T
+	failures []string // what failed, said again after the logs dumped (errorf)
+	name     string
+	o        clusterOpts
+	bin      string
+	dir      string
 
 	bare   string // the bare remote's directory
 	url    string // its file:// URL
@@ -183,6 +184,14 @@ func newCluster(t *testing.T, name string, o clusterOpts, seed int64) *cluster {
 	t.Cleanup(func() {
 		c.teardown()
 		if t.Failed() || *flagKeep {
+			c.mu.Lock()
+			failures := strings.Join(c.failures, "\n")
+			c.mu.Unlock()
+			if failures != "" {
+				// last, below the logs dumped: what a truncated output keeps
+				t.Logf("kept %s; what failed:\n%s", dir, failures)
+				return
+			}
 			t.Logf("kept %s", dir)
 			return
 		}
@@ -876,6 +885,17 @@ func isRedis(pid int) bool {
 
 // dumpLogs prints the tails of the logs: the hubs', Redis', and those of
 // the agents named (all when none).
+// errorf fails t (the test of c or one of its subtests) and keeps the
+// message to say again when c's directory is kept.
+func (c *cluster) errorf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	t.Error(msg)
+	c.mu.Lock()
+	c.failures = append(c.failures, msg)
+	c.mu.Unlock()
+}
+
 func (c *cluster) dumpLogs(nodes ...string) {
 	c.mu.Lock()
 	hubs := append(append([]*hubInst(nil), c.hubs...), c.retired...)
