@@ -274,6 +274,53 @@ func TestAMirrorWithADamagedRefIsClonedAgain(t *testing.T) {
 	}
 }
 
+// TestFetchRunsWhileAStatusCommitIsCompressed: the objects of a status
+// commit are compressed without the mirror's lock, so a sync's fetch in
+// the meantime does not wait for it; the commit is then stored, pushed and
+// built on as ever.
+func TestFetchRunsWhileAStatusCommitIsCompressed(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url)
+	fetch(t, r)
+	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
+	fetched := make(chan string, 1)
+	var once sync.Once
+	r.beforeEncode = func() {
+		once.Do(func() {
+			go func() {
+				head, _, err := r.Fetch(context.Background())
+				if err != nil {
+					t.Errorf("Fetch while a status commit is compressed: %v", err)
+				}
+				fetched <- head
+			}()
+			select {
+			case head := <-fetched:
+				if head != human {
+					t.Errorf("Fetch while a status commit is compressed = %s, want the human commit %s", head, human)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("Fetch waited for the status commit's compression")
+			}
+		})
+	}
+	if _, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status 1"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("y\n")}, "Status 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := gittest.Log(t, url), []string{"Status 2", "Status 1", "Human change", "Initial commit"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %q, want %q", got, want)
+	}
+	// the mirror holds both commits' objects
+	if data, ok, err := r.FileAt(context.Background(), second, "status/summary.yaml"); err != nil || !ok || string(data) != "y\n" {
+		t.Fatalf("the status read back from the mirror: %q %v %v", data, ok, err)
+	}
+}
+
 // A sync of the tracked branch does not wait while the remote takes a
 // status commit: at 100,000 nodes the remote indexes tens of thousands of
 // objects for one, seconds in which a push of the config went unseen.

@@ -194,6 +194,10 @@ type Repo struct {
 	// CommitFiles write) and pushing it (tests use it to inject a
 	// competing push).
 	beforePush func(attempt int)
+	// beforeEncode, if set, runs when a status commit is built and its
+	// objects are about to be compressed, without mu (tests use it to
+	// fetch meanwhile).
+	beforeEncode func()
 	// afterAdvertise, if set, runs between the remote's advertisement of
 	// its refs and the push's update of one (tests use it to make the
 	// remote's own compare-and-swap refuse the update).

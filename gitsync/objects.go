@@ -86,22 +86,54 @@ func (o *overlay) AddAlternate(remote string) error { return o.base.AddAlternate
 // already holds may be written again; git tolerates duplicates across
 // packs.
 func (o *overlay) flush() (*encodedPack, error) {
-	if len(o.order) == 0 {
+	n := o.take()
+	if n == nil {
 		return nil, nil
+	}
+	if err := n.encode(); err != nil {
+		return nil, err
+	}
+	if err := n.store(o.base); err != nil {
+		return nil, err
+	}
+	return n.pack, nil
+}
+
+// newObjects are the objects an overlay took in, in order, and once
+// encoded their pack: flush in steps, so that the compression, most of a
+// status commit's CPU, runs without the mirror's lock (buildStatus).
+type newObjects struct {
+	objs []plumbing.EncodedObject
+	pack *encodedPack
+}
+
+// take hands over the new objects (nil when there is none) and empties the
+// overlay.
+func (o *overlay) take() *newObjects {
+	if len(o.order) == 0 {
+		return nil
 	}
 	objs := make([]plumbing.EncodedObject, len(o.order))
 	for i, h := range o.order {
 		objs[i] = o.objs[h]
 	}
-	p, err := encodePack(objs, runtime.GOMAXPROCS(0))
-	if err != nil {
-		return nil, fmt.Errorf("encode pack: %w", err)
-	}
-	if err := storePack(o.base, p, objs); err != nil {
-		return nil, err
-	}
 	o.objs, o.order = map[plumbing.Hash]plumbing.EncodedObject{}, nil
-	return p, nil
+	return &newObjects{objs: objs}
+}
+
+// encode compresses the objects into their pack; it touches no storage.
+func (n *newObjects) encode() error {
+	p, err := encodePack(n.objs, runtime.GOMAXPROCS(0))
+	if err != nil {
+		return fmt.Errorf("encode pack: %w", err)
+	}
+	n.pack = p
+	return nil
+}
+
+// store writes the encoded pack into s.
+func (n *newObjects) store(s storer.EncodedObjectStorer) error {
+	return storePack(s, n.pack, n.objs)
 }
 
 // encodedPack is a version 2 pack of whole (undeltified) objects with its

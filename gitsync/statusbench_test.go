@@ -44,6 +44,43 @@ func benchStatusPart(p, run int) []byte {
 }
 
 func benchWriteStatus(b *testing.B, nodes int) {
+	ctx := context.Background()
+	r, edits := statusBenchRepo(b, nodes)
+	if out := os.Getenv("FLEETWAVE_STATUS_CPUPROFILE"); out != "" {
+		f, err := os.Create(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var took []time.Duration
+	b.ResetTimer()
+	for run := 1; run <= b.N; run++ {
+		b.StopTimer()
+		files := edits(run)
+		b.StartTimer()
+		start := time.Now()
+		res, err := r.WriteStatus(ctx, files, fmt.Sprintf("status: run %d", run))
+		took = append(took, time.Since(start))
+		if err != nil || res.Commit == "" {
+			b.Fatalf("WriteStatus = %+v, %v", res, err)
+		}
+	}
+	b.StopTimer()
+	// the mirror merges its packs every compactAt commits, in one of them
+	b.ReportMetric(float64(median(took).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(slices.Max(took).Microseconds())/1000, "max-ms")
+}
+
+// statusBenchRepo is the mirror benchWriteStatus writes to, its status
+// branch seeded with a document per node and the parts of one rollout,
+// and the edits of its run-th status commit: the summary, a tenth of the
+// parts and 2% of the node documents.
+func statusBenchRepo(b *testing.B, nodes int) (*Repo, func(run int) map[string][]byte) {
 	for k, v := range map[string]string{"GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1"} {
 		b.Setenv(k, v)
 	}
@@ -60,7 +97,7 @@ func benchWriteStatus(b *testing.B, nodes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	b.Cleanup(func() { _ = r.Close() })
 	if _, _, err := r.Fetch(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -76,22 +113,8 @@ func benchWriteStatus(b *testing.B, nodes int) {
 	if _, err := r.WriteStatus(ctx, files, "status: seed"); err != nil {
 		b.Fatal(err)
 	}
-	if out := os.Getenv("FLEETWAVE_STATUS_CPUPROFILE"); out != "" {
-		f, err := os.Create(out)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			b.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	changed := nodes / 50
-	var took []time.Duration
-	b.ResetTimer()
-	for run := 1; run <= b.N; run++ {
-		b.StopTimer()
+	edits := func(run int) map[string][]byte {
 		files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "run: %d\n", run)}
 		for k := range changed {
 			i := (run*changed + k) % nodes
@@ -101,16 +124,58 @@ func benchWriteStatus(b *testing.B, nodes int) {
 			p := (run + k) % parts
 			files[fmt.Sprintf("status/rollouts/web-g1.part-%03d.yaml", p)] = benchStatusPart(p, run)
 		}
-		b.StartTimer()
-		start := time.Now()
-		res, err := r.WriteStatus(ctx, files, fmt.Sprintf("status: run %d", run))
-		took = append(took, time.Since(start))
-		if err != nil || res.Commit == "" {
-			b.Fatalf("WriteStatus = %+v, %v", res, err)
-		}
+		return files
 	}
-	b.StopTimer()
-	// the mirror merges its packs every compactAt commits, in one of them
-	b.ReportMetric(float64(median(took).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(slices.Max(took).Microseconds())/1000, "max-ms")
+	return r, edits
+}
+
+// BenchmarkFetchBesideStatus measures what a sync of the tracked branch
+// waits for while the hub writes status: Fetch, every 20 ms, alone and
+// then while status commits of benchWriteStatus are written one after the
+// other (the mirror's lock is shared). It reports the medians and the
+// 90th percentile and longest beside status commits:
+//
+//	go test -run '^$' -bench 'FetchBesideStatus/100k' -benchtime 20x ./gitsync/
+func BenchmarkFetchBesideStatus(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			ctx := context.Background()
+			r, edits := statusBenchRepo(b, n)
+			fetches := func(stop <-chan struct{}, limit int) []time.Duration {
+				var took []time.Duration
+				for len(took) < limit {
+					select {
+					case <-stop:
+						return took
+					case <-time.After(20 * time.Millisecond):
+					}
+					start := time.Now()
+					if _, _, err := r.Fetch(ctx); err != nil {
+						b.Error(err)
+						return took
+					}
+					took = append(took, time.Since(start))
+				}
+				return took
+			}
+			alone := fetches(nil, 20)
+			b.ResetTimer()
+			stop := make(chan struct{})
+			done := make(chan []time.Duration)
+			go func() { done <- fetches(stop, 1<<30) }()
+			for run := 1; run <= b.N; run++ {
+				if _, err := r.WriteStatus(ctx, edits(run), fmt.Sprintf("status: run %d", run)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			close(stop)
+			beside := <-done
+			b.StopTimer()
+			slices.Sort(beside)
+			b.ReportMetric(float64(median(alone).Microseconds())/1000, "alone-p50-ms")
+			b.ReportMetric(float64(median(beside).Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(beside[len(beside)*9/10].Microseconds())/1000, "p90-ms")
+			b.ReportMetric(float64(slices.Max(beside).Microseconds())/1000, "max-ms")
+		})
+	}
 }
