@@ -143,7 +143,9 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		err = r.pushPack(pctx, branchRef, b.lease, b.commit, b.pack)
 		cancel()
 		if err == nil {
-			return r.statusPushed(branchRef, b, attempt)
+			res, err := r.statusPushed(branchRef, b, attempt)
+			r.maybeCompact()
+			return res, err
 		}
 		if ctx.Err() != nil {
 			return StatusResult{}, ctx.Err()
@@ -300,7 +302,6 @@ func (r *Repo) statusPushed(branch plumbing.ReferenceName, b *statusBuild, attem
 		ev = ev.Str("parent", b.lease.String())
 	}
 	ev.Int("files", b.files).Int("try", attempt).Msg("status pushed")
-	r.maybeCompact()
 	return res, nil
 }
 

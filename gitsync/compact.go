@@ -40,10 +40,28 @@ type packFile struct {
 // others; the storage reloads its indexes, checks the new pack holds every
 // object, and only then are the merged packs removed. A crash at any point
 // leaves every object readable: before the removal objects are in both,
-// after it in the new pack. Nothing is pruned. Called with r.mu held;
-// returns the number of packs merged (0 when nothing was done).
+// after it in the new pack. Nothing is pruned.
+//
+// Called without r.mu: it takes it to find the packs and to put the new
+// one in place, not while it reads and merges them (seconds at 100,000
+// nodes, while a sync would wait); only compaction removes packs, one at
+// a time (compactMu). Returns the number of packs merged (0 when nothing
+// was done, or the mirror was closed meanwhile).
 func (r *Repo) compact() (int, error) {
-	fs, dir, ok := packDir(r.repo.Storer)
+	r.compactMu.Lock()
+	defer r.compactMu.Unlock()
+	return r.compactHeld()
+}
+
+// compactHeld is compact, compactMu held.
+func (r *Repo) compactHeld() (int, error) {
+	r.mu.Lock()
+	if r.usable() != nil {
+		r.mu.Unlock()
+		return 0, nil
+	}
+	_, dir, ok := packDir(r.repo.Storer)
+	r.mu.Unlock()
 	if !ok {
 		return 0, nil
 	}
@@ -65,11 +83,29 @@ func (r *Repo) compact() (int, error) {
 	if len(merge) < 2 {
 		return 0, nil
 	}
+	if r.duringCompaction != nil {
+		r.duringCompaction()
+	}
 	p, err := r.mergePacks(merge)
 	if err != nil {
 		return 0, fmt.Errorf("compact: %w", err)
 	}
-	if err := writePackFiles(dir, p); err != nil {
+	staged, err := stagePackFiles(dir, p)
+	if err != nil {
+		return 0, fmt.Errorf("compact: write pack: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.usable() != nil {
+		staged.discard()
+		return 0, nil // closed meanwhile: nothing put in place
+	}
+	fs, now, ok := packDir(r.repo.Storer)
+	if !ok || now != dir {
+		staged.discard()
+		return 0, nil // another mirror now (opened again): its packs are its own
+	}
+	if err := staged.install(); err != nil {
 		return 0, fmt.Errorf("compact: write pack: %w", err)
 	}
 	fs.Reindex()
@@ -127,20 +163,9 @@ func (r *Repo) mergePacks(packs []packFile) (*encodedPack, error) {
 		srcs = append(srcs, src)
 	}
 	if len(deltas) > 0 {
-		objs := make([]plumbing.EncodedObject, 0, len(deltas))
-		for _, h := range deltas {
-			obj, err := r.repo.Storer.EncodedObject(plumbing.AnyObject, h)
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", h, err)
-			}
-			mem, err := inMemory(obj)
-			if err == nil && mem.Hash() != h {
-				err = fmt.Errorf("content hashes to %s", mem.Hash())
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", h, err)
-			}
-			objs = append(objs, mem)
+		objs, err := r.resolveDeltas(deltas)
+		if err != nil {
+			return nil, err
 		}
 		p, err := encodePack(objs, runtime.GOMAXPROCS(0))
 		if err != nil {
@@ -153,6 +178,32 @@ func (r *Repo) mergePacks(packs []packFile) (*encodedPack, error) {
 		srcs = append(srcs, src)
 	}
 	return concatPacks(srcs)
+}
+
+// resolveDeltas reads the objects stored as deltas through the mirror,
+// under mu, as whole objects whose content is checked against their ids.
+func (r *Repo) resolveDeltas(deltas []plumbing.Hash) ([]plumbing.EncodedObject, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
+	objs := make([]plumbing.EncodedObject, 0, len(deltas))
+	for _, h := range deltas {
+		obj, err := r.repo.Storer.EncodedObject(plumbing.AnyObject, h)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", h, err)
+		}
+		mem, err := inMemory(obj)
+		if err == nil && mem.Hash() != h {
+			err = fmt.Errorf("content hashes to %s", mem.Hash())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", h, err)
+		}
+		objs = append(objs, mem)
+	}
+	return objs, nil
 }
 
 // rawPack is a pack's bytes and the entries to take from it, with the end
@@ -284,16 +335,32 @@ func geometricCut(packs []packFile) int {
 
 // maybeCompact compacts the mirror when it holds compactAt packs or more;
 // a failure is logged, never returned: the mirror stays readable and the
-// next fetch or status commit tries again. Called with r.mu held.
+// next fetch or status commit tries again. Called without r.mu, once the
+// operation that added a pack is done.
 func (r *Repo) maybeCompact() {
+	if !r.compactMu.TryLock() {
+		return // one runs: a fetch does not wait for it, and it merges what it found
+	}
+	defer r.compactMu.Unlock()
 	start := time.Now()
-	n, err := r.compact()
+	n, err := r.compactHeld()
 	switch {
 	case err != nil:
 		r.opts.log.Warn().Err(err).Msg("mirror packs not compacted")
 	case n > 0:
 		r.opts.log.Info().Int("packs", n).Int64("took_ms", time.Since(start).Milliseconds()).Msg("mirror packs compacted")
 	}
+}
+
+// packCount is the number of packs in the mirror (0 for one in memory).
+// The caller holds mu.
+func (r *Repo) packCount() int {
+	_, dir, ok := packDir(r.repo.Storer)
+	if !ok {
+		return 0
+	}
+	packs, _ := listPacks(dir)
+	return len(packs)
 }
 
 // listPacks returns the packs of dir that have an index and no .keep file.

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -216,6 +217,72 @@ func TestCompactionResolvesFetchedDeltas(t *testing.T) {
 	gittest.Git(t, dir, "fsck", "--full", "--strict")
 }
 
+// TestFetchRunsWhileTheMirrorIsCompacted: a compaction merges its packs
+// without the mirror's lock, so a sync's fetch meanwhile does not wait for
+// it (seconds at 100,000 nodes); the merged pack then replaces them and
+// every commit stays readable.
+func TestFetchRunsWhileTheMirrorIsCompacted(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"n": 0}`})
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	fetch(t, r)
+	ctx := context.Background()
+	var commits []string
+	status := func(i int) {
+		t.Helper()
+		files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
+		c, err := r.CommitStatus(ctx, files, fmt.Sprintf("Status %d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits = append(commits, c)
+	}
+	for i := 1; i < compactAt-1; i++ {
+		status(i)
+	}
+	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
+	ran := false
+	r.duringCompaction = func() {
+		ran = true
+		fetched := make(chan string, 1)
+		go func() {
+			head, _, err := r.Fetch(ctx)
+			if err != nil {
+				t.Errorf("Fetch during the compaction: %v", err)
+			}
+			fetched <- head
+		}()
+		select {
+		case head := <-fetched:
+			// the status commit being compacted was built on the human one
+			if base, err := r.MergeBase(head, human); err != nil || base != human {
+				t.Errorf("Fetch during the compaction = %s, not on top of the human commit %s (%v)", head, human, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Fetch waited for the compaction")
+		}
+	}
+	status(compactAt - 1) // the pack that makes compactAt: compacted
+	if !ran {
+		t.Fatal("no compaction ran")
+	}
+	packs, err := listPacks(filepath.Join(dir, "objects", "pack"))
+	if err != nil || len(packs) >= compactAt {
+		t.Fatalf("%d packs after the compaction (%v)", len(packs), err)
+	}
+	for i, c := range commits {
+		data, ok, err := r.FileAt(ctx, c, "status/summary.yaml")
+		if want := fmt.Sprintf("round: %d\n", i+1); err != nil || !ok || string(data) != want {
+			t.Fatalf("status %d after the compaction: %q %v %v, want %q", i+1, data, ok, err, want)
+		}
+	}
+	files, _, err := r.Files(ctx, human)
+	if err != nil || string(files["nodes/b.json"]) != "{}" {
+		t.Fatalf("the human commit after the compaction: %v %v", files, err)
+	}
+}
+
 // TestCompactionRefusesACorruptEntry flips one byte inside a status pack's
 // object: the compaction fails on its CRC-32 and removes no pack (the
 // damaged object stays as it was, for git fsck to find).
@@ -260,9 +327,7 @@ func TestCompactionRefusesACorruptEntry(t *testing.T) {
 	if packs, err = listPacks(packDir); err != nil || len(packs) != compactAt {
 		t.Fatalf("%d packs after the last status commit (%v), want %d", len(packs), err, compactAt)
 	}
-	r.mu.Lock()
 	n, err := r.compact()
-	r.mu.Unlock()
 	if err == nil || !strings.Contains(err.Error(), "CRC-32") {
 		t.Fatalf("compact = %d, %v; want a CRC-32 error", n, err)
 	}

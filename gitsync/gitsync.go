@@ -198,6 +198,13 @@ type Repo struct {
 	// objects are about to be compressed, without mu (tests use it to
 	// fetch meanwhile).
 	beforeEncode func()
+	// compactMu is held by the compaction running (compact), which takes
+	// mu only to find its packs and to put the merged one in place.
+	compactMu sync.Mutex
+	// duringCompaction, if set, runs when a compaction has chosen its
+	// packs, before it merges them without mu (tests use it to fetch
+	// meanwhile).
+	duringCompaction func()
 	// afterAdvertise, if set, runs between the remote's advertisement of
 	// its refs and the push's update of one (tests use it to make the
 	// remote's own compare-and-swap refuse the update).
@@ -457,22 +464,36 @@ func (r *Repo) fetchSpecs(ctx context.Context, specs []config.RefSpec) error {
 // is fetched too (StatusTip and LatestTrailer read it), but it never counts
 // as a change: head and changed are about the tracked branch only.
 func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error) {
+	head, changed, added, err := r.fetchTracked(ctx)
+	if err == nil && added {
+		// only a fetch that added a pack compacts: one that brought nothing
+		// (most of a hub's polls, and those that only see the hub's own
+		// status commit) leaves the compaction to the operation that added
+		// the pack, rather than run it on the sync's path
+		r.maybeCompact()
+	}
+	return head, changed, err
+}
+
+// fetchTracked is Fetch but for the compaction, under mu; added says
+// whether the fetch added a pack to the mirror.
+func (r *Repo) fetchTracked(ctx context.Context) (head string, changed, added bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
-		return "", false, err
+		return "", false, false, err
 	}
+	before := r.packCount()
 	h, err := r.fetch(ctx)
 	if err != nil {
-		return "", false, err
+		return "", false, false, err
 	}
 	changed = h != r.lastHead
 	if changed {
 		r.opts.log.Debug().Str("commit", h.String()).Str("previous", r.lastHead.String()).Msg("branch moved")
 	}
 	r.lastHead = h
-	r.maybeCompact()
-	return h.String(), changed, nil
+	return h.String(), changed, r.packCount() > before, nil
 }
 
 // Close releases the mirror. The Repo must not be used afterwards.

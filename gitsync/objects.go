@@ -456,33 +456,63 @@ func packDir(s storer.EncodedObjectStorer) (*filesystem.Storage, string, bool) {
 // writePackFiles writes pack-<sum>.pack and .idx into dir. Packs are named
 // by their content, so existing files are kept.
 func writePackFiles(dir string, p *encodedPack) error {
-	base := filepath.Join(dir, "pack-"+p.sum.String())
-	if regularFile(base+".pack") && regularFile(base+".idx") {
-		return nil
+	s, err := stagePackFiles(dir, p)
+	if err != nil {
+		return err
+	}
+	return s.install()
+}
+
+// stagedPack is a pack written to temporary files of its directory (which
+// the storage does not read: their names are not pack-*), to be put in
+// place by install or removed by discard.
+type stagedPack struct {
+	dir, base, tmpIdx, tmpPack string // tmp* "" when the pack was there already
+}
+
+// stagePackFiles writes p and its index to temporary files of dir, synced.
+func stagePackFiles(dir string, p *encodedPack) (*stagedPack, error) {
+	s := &stagedPack{dir: dir, base: filepath.Join(dir, "pack-"+p.sum.String())}
+	if regularFile(s.base+".pack") && regularFile(s.base+".idx") {
+		return s, nil
 	}
 	var idx bytes.Buffer
 	if _, err := idxfile.NewEncoder(&idx).Encode(p.idx); err != nil {
-		return fmt.Errorf("encode index: %w", err)
+		return nil, fmt.Errorf("encode index: %w", err)
 	}
-	tmpIdx, err := writeTemp(dir, "tmp_idx_", idx.Bytes())
-	if err != nil {
+	var err error
+	if s.tmpIdx, err = writeTemp(dir, "tmp_idx_", idx.Bytes()); err != nil {
+		return nil, err
+	}
+	if s.tmpPack, err = writeTemp(dir, "tmp_pack_", p.data); err != nil {
+		_ = os.Remove(s.tmpIdx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// install renames the staged files into place, the index first.
+func (s *stagedPack) install() error {
+	if s.tmpIdx == "" {
+		return nil
+	}
+	if err := os.Rename(s.tmpIdx, s.base+".idx"); err != nil {
+		s.discard()
 		return err
 	}
-	tmpPack, err := writeTemp(dir, "tmp_pack_", p.data)
-	if err != nil {
-		_ = os.Remove(tmpIdx)
+	if err := os.Rename(s.tmpPack, s.base+".pack"); err != nil {
+		_ = os.Remove(s.tmpPack)
 		return err
 	}
-	if err := os.Rename(tmpIdx, base+".idx"); err != nil {
-		_ = os.Remove(tmpIdx)
-		_ = os.Remove(tmpPack)
-		return err
+	return syncDir(s.dir)
+}
+
+// discard removes the staged files.
+func (s *stagedPack) discard() {
+	if s.tmpIdx != "" {
+		_ = os.Remove(s.tmpIdx)
+		_ = os.Remove(s.tmpPack)
 	}
-	if err := os.Rename(tmpPack, base+".pack"); err != nil {
-		_ = os.Remove(tmpPack)
-		return err
-	}
-	return syncDir(dir)
 }
 
 // writeTemp writes data to a new read-only file in dir and syncs it.

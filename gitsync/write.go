@@ -254,6 +254,7 @@ func (r *Repo) CommitFiles(ctx context.Context, w Write) (WriteResult, error) {
 		}
 		h, raced, err := r.pushWrite(ctx, pw, b, attempt)
 		if err == nil {
+			r.maybeCompact()
 			res.Commit = h.String()
 			return res, nil
 		}
@@ -524,7 +525,6 @@ func (r *Repo) pushWrite(ctx context.Context, pw *preparedWrite, b *writeBuild, 
 	}
 	r.opts.log.Info().Str("branch", branch.Short()).Str("commit", h.String()).Str("parent", b.tip.String()).
 		Str("actor", pw.actor).Int("files", len(pw.paths)).Int("try", attempt).Msg("files pushed")
-	r.maybeCompact()
 	return h, false, nil
 }
 
