@@ -23,11 +23,7 @@ import (
 // and status stays readable by go-git, and git itself finds the mirror
 // whole (fsck --full).
 func TestMirrorPacksAreCompacted(t *testing.T) {
-	isolateGit(t)
-	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"n": 0}`})
-	dir := filepath.Join(t.TempDir(), "mirror")
-	r := openAt(t, url, dir)
-	fetch(t, r)
+	url, dir, r := mirrorOf(t, map[string]string{"nodes/a.json": `{"n": 0}`})
 	ctx := context.Background()
 	packDir := filepath.Join(dir, "objects", "pack")
 	count := func() int {
@@ -173,10 +169,7 @@ func TestCompactionResolvesFetchedDeltas(t *testing.T) {
 	// the clone's pack must stay the largest (compaction leaves it alone)
 	noise := make([]byte, 64<<10)
 	_, _ = rand.NewChaCha8([32]byte{3, 4}).Read(noise)
-	url := gittest.NewRemote(t, map[string]string{"nodes/big.json": bigFile(0), "README.md": hex.EncodeToString(noise)})
-	dir := filepath.Join(t.TempDir(), "mirror")
-	r := openAt(t, url, dir)
-	fetch(t, r)
+	url, dir, r := mirrorOf(t, map[string]string{"nodes/big.json": bigFile(0), "README.md": hex.EncodeToString(noise)})
 	ctx := context.Background()
 	// three commits fetched at once: one pack, with deltas between them
 	var commits []string
@@ -222,22 +215,10 @@ func TestCompactionResolvesFetchedDeltas(t *testing.T) {
 // it (seconds at 100,000 nodes); the merged pack then replaces them and
 // every commit stays readable.
 func TestFetchRunsWhileTheMirrorIsCompacted(t *testing.T) {
-	isolateGit(t)
-	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"n": 0}`})
-	dir := filepath.Join(t.TempDir(), "mirror")
-	r := openAt(t, url, dir)
-	fetch(t, r)
+	url, dir, r := mirrorOf(t, map[string]string{"nodes/a.json": `{"n": 0}`})
 	ctx := context.Background()
 	var commits []string
-	status := func(i int) {
-		t.Helper()
-		files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
-		c, err := r.CommitStatus(ctx, files, fmt.Sprintf("Status %d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		commits = append(commits, c)
-	}
+	status := func(i int) { commits = append(commits, statusRound(t, r, i)) }
 	for i := 1; i < compactAt-1; i++ {
 		status(i)
 	}
@@ -287,19 +268,8 @@ func TestFetchRunsWhileTheMirrorIsCompacted(t *testing.T) {
 // object: the compaction fails on its CRC-32 and removes no pack (the
 // damaged object stays as it was, for git fsck to find).
 func TestCompactionRefusesACorruptEntry(t *testing.T) {
-	isolateGit(t)
-	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": `{"n": 0}`})
-	dir := filepath.Join(t.TempDir(), "mirror")
-	r := openAt(t, url, dir)
-	fetch(t, r)
-	ctx := context.Background()
-	status := func(i int) {
-		t.Helper()
-		files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
-		if _, err := r.CommitStatus(ctx, files, fmt.Sprintf("Status %d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, dir, r := mirrorOf(t, map[string]string{"nodes/a.json": `{"n": 0}`})
+	status := func(i int) { statusRound(t, r, i) }
 	for i := 1; i < compactAt-1; i++ {
 		status(i)
 	}
@@ -335,4 +305,28 @@ func TestCompactionRefusesACorruptEntry(t *testing.T) {
 	if err != nil || len(after) != len(packs) {
 		t.Fatalf("%d packs after the refused compaction (%v), want all %d kept", len(after), err, len(packs))
 	}
+}
+
+// mirrorOf is a mirror, fetched, of a new remote holding files: the
+// remote's URL, the mirror's directory and its Repo.
+func mirrorOf(t *testing.T, files map[string]string) (string, string, *Repo) {
+	t.Helper()
+	isolateGit(t)
+	url := gittest.NewRemote(t, files)
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	fetch(t, r)
+	return url, dir, r
+}
+
+// statusRound commits status/summary.yaml as "round: i" and returns the
+// commit.
+func statusRound(t *testing.T, r *Repo, i int) string {
+	t.Helper()
+	files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
+	c, err := r.CommitStatus(context.Background(), files, fmt.Sprintf("Status %d", i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -201,26 +201,7 @@ func (v *Validator) load(files map[string][]byte) (*fleetwave.Snapshot, *loaded,
 		Objects:       make(map[fleetwave.ObjectKey]fleetwave.Object, len(objs)),
 	}
 	for _, o := range objs {
-		snap.Objects[o.key] = fleetwave.Object{Key: o.key, Path: o.path, Hash: o.hash}
-		name := o.key.Name()
-		switch x := o.obj.(type) {
-		case *fleetwave.Config:
-			snap.Config = *x
-		case *fleetwave.Trigger:
-			snap.Triggers[name] = x
-		case *fleetwave.Block:
-			snap.Blocks[name] = x
-		case *fleetwave.Node:
-			snap.Nodes[name] = x
-		case *fleetwave.Organization:
-			snap.Organizations[name] = x
-		case *fleetwave.Workspace:
-			snap.Workspaces[name] = x
-		case *fleetwave.RolloutRequest:
-			snap.Rollouts[name] = x
-		case *fleetwave.ApprovalRequest:
-			snap.Approvals[name] = x
-		}
+		place(snap, o)
 	}
 	snap.NodeIDs = make([]string, 0, len(snap.Nodes))
 	for id := range snap.Nodes {
@@ -656,4 +637,28 @@ func (v *Validator) LoadDir(dir string) (*fleetwave.Snapshot, error) {
 	verr.Errors = append(verr.Errors, errs...)
 	verr.Sort()
 	return nil, verr
+}
+
+// place records o in snap: its entry in Objects and in its kind's map.
+func place(snap *fleetwave.Snapshot, o *object) {
+	snap.Objects[o.key] = fleetwave.Object{Key: o.key, Path: o.path, Hash: o.hash}
+	name := o.key.Name()
+	switch x := o.obj.(type) {
+	case *fleetwave.Config:
+		snap.Config = *x
+	case *fleetwave.Trigger:
+		snap.Triggers[name] = x
+	case *fleetwave.Block:
+		snap.Blocks[name] = x
+	case *fleetwave.Node:
+		snap.Nodes[name] = x
+	case *fleetwave.Organization:
+		snap.Organizations[name] = x
+	case *fleetwave.Workspace:
+		snap.Workspaces[name] = x
+	case *fleetwave.RolloutRequest:
+		snap.Rollouts[name] = x
+	case *fleetwave.ApprovalRequest:
+		snap.Approvals[name] = x
+	}
 }

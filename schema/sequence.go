@@ -168,18 +168,7 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 		o := &object{path: j.path, key: r.key, obj: copyObject(r.obj), hash: r.hash}
 		objs[i] = o
 		recheck = append(recheck, o)
-		snap.Objects[o.key] = fleetwave.Object{Key: o.key, Path: o.path, Hash: o.hash}
-		name := o.key.Name()
-		switch x := o.obj.(type) {
-		case *fleetwave.Trigger:
-			snap.Triggers[name] = x
-		case *fleetwave.Node:
-			snap.Nodes[name] = x
-		case *fleetwave.RolloutRequest:
-			snap.Rollouts[name] = x
-		case *fleetwave.ApprovalRequest:
-			snap.Approvals[name] = x
-		}
+		place(snap, o) // a node, BRC, rollout or approval (followKinds): maps of snap's own
 	}
 	if kinds[fleetwave.KindTrigger] {
 		// a rollout request reads its BRC's block: each is checked again
