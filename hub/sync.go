@@ -118,17 +118,16 @@ func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string)
 	if err != nil {
 		return nil, nil, err
 	}
-	refused := fs.Refused
-	snap, err := load(fs.Files, commit, fs.Base, fs.Changed)
+	snap, err := load(fs.Files, commit, fs.Base, fs.Changed) // fs.Files is ours: the loader may keep it
 	var verr *fleetwave.ValidationError
 	if err != nil && !errors.As(err, &verr) {
 		return nil, nil, err
 	}
-	if len(refused) > 0 {
+	if len(fs.Refused) > 0 {
 		if verr == nil {
 			verr = &fleetwave.ValidationError{}
 		}
-		verr.Errors = append(verr.Errors, refused...)
+		verr.Errors = append(verr.Errors, fs.Refused...)
 		verr.Sort()
 	}
 	if verr != nil {
