@@ -333,23 +333,30 @@ func geometricCut(packs []packFile) int {
 	return k
 }
 
-// maybeCompact compacts the mirror when it holds compactAt packs or more;
-// a failure is logged, never returned: the mirror stays readable and the
-// next fetch or status commit tries again. Called without r.mu, once the
-// operation that added a pack is done.
+// maybeCompact starts a compaction in the background when none runs; it
+// merges when the mirror holds compactAt packs or more. A failure is
+// logged, never returned: the mirror stays readable and the next fetch or
+// status commit tries again. Called without r.mu, once the operation that
+// added a pack is done, which does not wait for it: at 100,000 nodes a
+// compaction takes about a second, and a sync's fetch that ran it made
+// the pushed commit wait that long for its snapshot.
 func (r *Repo) maybeCompact() {
 	if !r.compactMu.TryLock() {
-		return // one runs: a fetch does not wait for it, and it merges what it found
+		return // one runs: it merges what it found, the next operation tries again
 	}
-	defer r.compactMu.Unlock()
-	start := time.Now()
-	n, err := r.compactHeld()
-	switch {
-	case err != nil:
-		r.opts.log.Warn().Err(err).Msg("mirror packs not compacted")
-	case n > 0:
-		r.opts.log.Info().Int("packs", n).Int64("took_ms", time.Since(start).Milliseconds()).Msg("mirror packs compacted")
-	}
+	r.compacting.Add(1)
+	go func() {
+		defer r.compacting.Done()
+		defer r.compactMu.Unlock()
+		start := time.Now()
+		n, err := r.compactHeld()
+		switch {
+		case err != nil:
+			r.opts.log.Warn().Err(err).Msg("mirror packs not compacted")
+		case n > 0:
+			r.opts.log.Info().Int("packs", n).Int64("took_ms", time.Since(start).Milliseconds()).Msg("mirror packs compacted")
+		}
+	}()
 }
 
 // packCount is the number of packs in the mirror (0 for one in memory).

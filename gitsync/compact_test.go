@@ -45,6 +45,7 @@ func TestMirrorPacksAreCompacted(t *testing.T) {
 			if _, err := r.CommitStatus(ctx, files, fmt.Sprintf("Status %d", i)); err != nil {
 				t.Fatal(err)
 			}
+			r.compacting.Wait()
 		}
 		after := count()
 		most = max(most, after)
@@ -188,6 +189,7 @@ func TestCompactionResolvesFetchedDeltas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	r.compacting.Wait()
 	for p := range withDeltas {
 		if regularFile(p + ".pack") {
 			t.Fatalf("%s (with deltas) was not merged", filepath.Base(p))
@@ -264,6 +266,68 @@ func TestFetchRunsWhileTheMirrorIsCompacted(t *testing.T) {
 	}
 }
 
+// TestFetchDoesNotWaitForTheCompactionItStarts: the fetch that brings the
+// mirror to compactAt packs starts a compaction and returns the pushed
+// commit while it runs (a sync that waited for it made the commit wait
+// about a second for its snapshot at 100,000 nodes); the commit is
+// readable meanwhile, and the compaction then merges the packs.
+func TestFetchDoesNotWaitForTheCompactionItStarts(t *testing.T) {
+	url, dir, r := mirrorOf(t, map[string]string{"nodes/a.json": `{"n": 0}`})
+	ctx := context.Background()
+	for i := 1; i < compactAt-1; i++ {
+		statusRound(t, r, i)
+	}
+	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
+	started, release := make(chan struct{}), make(chan struct{})
+	r.duringCompaction = func() {
+		close(started)
+		<-release
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	type fetched struct {
+		head string
+		err  error
+	}
+	done := make(chan fetched, 1)
+	go func() {
+		head, _, err := r.Fetch(ctx)
+		done <- fetched{head, err}
+	}()
+	var f fetched
+	select {
+	case f = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Fetch waited for the compaction it started")
+	}
+	if f.err != nil || f.head != human {
+		t.Fatalf("Fetch = %s, %v; want the human commit %s", f.head, f.err, human)
+	}
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fetch that made compactAt packs started no compaction")
+	}
+	files, _, err := r.Files(ctx, f.head)
+	if err != nil || string(files["nodes/b.json"]) != "{}" {
+		t.Fatalf("the human commit while the compaction runs: %v %v", files, err)
+	}
+	close(release)
+	released = true
+	r.compacting.Wait()
+	packs, err := listPacks(filepath.Join(dir, "objects", "pack"))
+	if err != nil || len(packs) >= compactAt {
+		t.Fatalf("%d packs after the compaction (%v)", len(packs), err)
+	}
+	if files, _, err = r.Files(ctx, human); err != nil || string(files["nodes/b.json"]) != "{}" {
+		t.Fatalf("the human commit after the compaction: %v %v", files, err)
+	}
+}
+
 // TestCompactionRefusesACorruptEntry flips one byte inside a status pack's
 // object: the compaction fails on its CRC-32 and removes no pack (the
 // damaged object stays as it was, for git fsck to find).
@@ -319,8 +383,8 @@ func mirrorOf(t *testing.T, files map[string]string) (string, string, *Repo) {
 	return url, dir, r
 }
 
-// statusRound commits status/summary.yaml as "round: i" and returns the
-// commit.
+// statusRound commits status/summary.yaml as "round: i", waits for the
+// compaction it may have started and returns the commit.
 func statusRound(t *testing.T, r *Repo, i int) string {
 	t.Helper()
 	files := map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}
@@ -328,5 +392,6 @@ func statusRound(t *testing.T, r *Repo, i int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.compacting.Wait()
 	return c
 }

@@ -201,6 +201,9 @@ type Repo struct {
 	// compactMu is held by the compaction running (compact), which takes
 	// mu only to find its packs and to put the merged one in place.
 	compactMu sync.Mutex
+	// compacting counts the compactions maybeCompact started in the
+	// background (Close waits for them).
+	compacting sync.WaitGroup
 	// duringCompaction, if set, runs when a compaction has chosen its
 	// packs, before it merges them without mu (tests use it to fetch
 	// meanwhile).
@@ -466,10 +469,10 @@ func (r *Repo) fetchSpecs(ctx context.Context, specs []config.RefSpec) error {
 func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error) {
 	head, changed, added, err := r.fetchTracked(ctx)
 	if err == nil && added {
-		// only a fetch that added a pack compacts: one that brought nothing
-		// (most of a hub's polls, and those that only see the hub's own
-		// status commit) leaves the compaction to the operation that added
-		// the pack, rather than run it on the sync's path
+		// only a fetch that added a pack starts a compaction: one that
+		// brought nothing (most of a hub's polls, and those that only see
+		// the hub's own status commit) leaves it to the operation that
+		// added the pack
 		r.maybeCompact()
 	}
 	return head, changed, err
@@ -498,6 +501,7 @@ func (r *Repo) fetchTracked(ctx context.Context) (head string, changed, added bo
 
 // Close releases the mirror. The Repo must not be used afterwards.
 func (r *Repo) Close() error {
+	r.compacting.Wait() // a compaction running puts its pack in place, or drops it
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.setRepo(nil)

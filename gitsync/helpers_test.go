@@ -49,12 +49,14 @@ func openAt(t *testing.T, url, dir string, opts ...Option) *Repo {
 	return r
 }
 
+// fetch fetches r, and waits for the compaction it may have started.
 func fetch(t *testing.T, r *Repo) string {
 	t.Helper()
 	head, _, err := r.Fetch(context.Background())
 	if err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
+	r.compacting.Wait()
 	return head
 }
 
