@@ -247,7 +247,7 @@ func (h *Hub) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []flee
 }
 
 // TriggerSync asks for a fetch now (the git webhook).
-func (h *Hub) TriggerSync() { h.kick(h.syncNow) }
+func (h *Hub) TriggerSync() { h.askSync() }
 
 // readyPingTimeout bounds the Redis ping of a readiness check: probes
 // commonly give up after a second.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,8 +52,11 @@ type Hub struct {
 	listener      net.Listener
 	server        *http.Server
 
-	metrics      *metrics
-	syncNow      chan struct{}
+	metrics *metrics
+	syncNow chan struct{}
+	// syncAsked is when a sync was first asked for (askSync) and not yet
+	// started, in Unix nanoseconds; 0 when none waits.
+	syncAsked    atomic.Int64
 	reconcileNow chan struct{}
 	// reconcileSoon and statusSoon are kicked by reports and results:
 	// paced (pacing.go), not at once.
@@ -313,7 +317,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		}
 		// A local remote is watched: a push is seen at once; polling stays
 		// as the safety net (and is all there is for remote URLs).
-		err := h.repo.Watch(ctx, func() { h.kick(h.syncNow) })
+		err := h.repo.Watch(ctx, h.askSync)
 		if err != nil && ctx.Err() == nil {
 			h.log.Info().Err(err).Int64("poll_interval_ms", h.cfg.Repo.PollInterval.D().Milliseconds()).Msg("repository not watched; polling")
 		}

@@ -24,6 +24,7 @@ import (
 type metrics struct {
 	reg             *prometheus.Registry
 	syncSeconds     prometheus.Histogram
+	syncStepSecs    *prometheus.HistogramVec
 	reconcileSecs   prometheus.Histogram
 	leader          prometheus.Gauge
 	leaseLost       prometheus.Counter
@@ -49,6 +50,9 @@ func newMetrics(h *Hub) *metrics {
 		reg: reg,
 		syncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_sync_seconds",
 			Help: "Time to fetch, validate and apply a new commit.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		syncStepSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_sync_step_seconds",
+			Help:    "Time of each step of a sync of a new commit (wait, fetch, read, validate, generations, signers, records, approvals).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"step"}),
 		reconcileSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_reconcile_seconds",
 			Help: "Time to plan the fleet and hand rollouts to the engine.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		leader:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetwave_leader", Help: "1 while this hub holds the leader lease."}),
@@ -79,11 +83,21 @@ func newMetrics(h *Hub) *metrics {
 		m.refused.WithLabelValues(c)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.syncSeconds, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
+		m.syncSeconds, m.syncStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
 		m.statusRolloutReads, &itemsCollector{h: h},
 		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused,
 		&fleetCollector{h: h})
 	return m
+}
+
+// syncSteps records the steps of one sync.
+func (m *metrics) syncSteps(l *syncLaps) {
+	if m == nil {
+		return
+	}
+	for _, s := range l.steps {
+		m.syncStepSecs.WithLabelValues(s.step).Observe(s.took.Seconds())
+	}
 }
 
 // leaseHeld records that this hub acquired the lease at fence.

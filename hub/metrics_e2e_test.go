@@ -279,6 +279,13 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 			t.Errorf("%s did not grow: %v -> %v", name, before.sum(name), after.sum(name))
 		}
 	}
+	// each step of a sync that applied a commit was timed (wait too: the
+	// hub watches its file:// remote)
+	for _, step := range []string{"wait", "fetch", "read", "validate", "generations", "signers", "records", "approvals"} {
+		if after.sum("fleetwave_sync_step_seconds_count", `step="`+step+`"`) <= before.sum("fleetwave_sync_step_seconds_count", `step="`+step+`"`) {
+			t.Errorf("sync step %s was not timed", step)
+		}
+	}
 	// no node, rollout, item or attempt id is a label value
 	for k := range after {
 		for _, id := range []string{`"n1"`, `"n2"`, `"n3"`, `"n4"`, `"db-g1"`, `"db-g1.`, `"slow"`} {

@@ -195,7 +195,7 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 	}
 	rep := &PlanReport{Base: baseHash, Head: headHash, Objects: []ObjectChange{}, Rollouts: []PlannedRollout{}}
 
-	headSnap, verr, err := loadAt(ctx, repo, wholeLoad(v), headHash)
+	headSnap, verr, err := loadAt(ctx, repo, wholeLoad(v), headHash, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func Plan(ctx context.Context, req PlanRequest) (*PlanReport, error) {
 	}
 	var baseSnap *fleetwave.Snapshot
 	if baseHash != "" {
-		if baseSnap, _, err = loadAt(ctx, repo, wholeLoad(v), baseHash); err != nil {
+		if baseSnap, _, err = loadAt(ctx, repo, wholeLoad(v), baseHash, nil); err != nil {
 			return nil, err
 		}
 	}

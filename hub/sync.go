@@ -9,6 +9,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/schema"
@@ -17,10 +19,15 @@ import (
 // syncStep fetches the tracked branch and, for a new commit that is not a
 // status-only one, validates it into the snapshot in force.
 func (h *Hub) syncStep(ctx context.Context) {
+	asked := h.syncAsked.Swap(0)
 	if h.currentFence() == 0 {
 		return
 	}
 	start := time.Now()
+	laps := &syncLaps{last: start}
+	if asked != 0 {
+		laps.add("wait", start.Sub(time.Unix(0, asked)))
+	}
 	head, _, err := h.repo.Fetch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -29,6 +36,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		}
 		return
 	}
+	laps.lap("fetch")
 	h.mu.Lock()
 	last := h.lastSeen
 	h.mu.Unlock()
@@ -45,7 +53,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 			return
 		}
 	}
-	snap, verr, err := loadAt(ctx, h.repo, h.sequence.LoadChanged, head)
+	snap, verr, err := loadAt(ctx, h.repo, h.sequence.LoadChanged, head, laps)
 	if err != nil {
 		log.Warn().Err(err).Msg("read or validate commit")
 		return
@@ -63,6 +71,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		verr.Errors = append(verr.Errors, serrs...)
 		verr.Sort()
 	}
+	laps.lap("signers")
 	if verr != nil {
 		h.mu.Lock()
 		h.lastSeen = head
@@ -71,6 +80,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 			log.Warn().Str("error", fe.Error()).Msg("commit rejected")
 		}
 		h.metrics.rejectedCommits.Inc()
+		h.metrics.syncSteps(laps)
 		h.setSync(func(s *fleetwave.SyncState) {
 			s.Commit, s.Result, s.Errors, s.Message, s.At = head, "rejected", verr.Errors, "", h.clock.Now().UTC()
 		})
@@ -81,15 +91,73 @@ func (h *Hub) syncStep(ctx context.Context) {
 	h.mu.Unlock()
 	if fence := h.currentFence(); fence > 0 {
 		h.loadGitRecords(ctx, fence)
+		laps.lap("records")
 		h.processApprovalCommits(ctx, fence, snap, head)
+		laps.lap("approvals")
 	}
 	h.setSync(func(s *fleetwave.SyncState) {
 		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
 	})
-	h.metrics.syncSeconds.Observe(time.Since(start).Seconds())
-	log.Info().Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("snapshot applied")
+	took := time.Since(start)
+	h.metrics.syncSeconds.Observe(took.Seconds())
+	h.metrics.syncSteps(laps)
+	ev := log.Info()
+	if took >= slowSync {
+		ev = log.Warn() // seen by a hub logging at warn: what held a push back
+	}
+	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
+		Func(laps.fields).Msg("snapshot applied")
 	h.kick(h.pushNow)
 	h.kick(h.reconcileNow)
+}
+
+// slowSync is the time from which a sync of a new commit (its wait for
+// the loop included) logs "snapshot applied" as a warning.
+const slowSync = 500 * time.Millisecond
+
+// askSync asks the sync loop for a fetch now and notes when, for its
+// "wait" step: the watcher and the webhook ask so.
+func (h *Hub) askSync() {
+	h.syncAsked.CompareAndSwap(0, time.Now().UnixNano())
+	h.kick(h.syncNow)
+}
+
+// syncLaps times the steps of one sync of a new commit, in order: wait
+// (from the push noticed to the sync started), fetch, read (the commit's
+// files), validate, generations, signers, records and approvals. They go
+// to fleetwave_sync_step_seconds and to the "snapshot applied" line.
+type syncLaps struct {
+	last  time.Time
+	steps []syncLap
+}
+
+type syncLap struct {
+	step string
+	took time.Duration
+}
+
+// add records step as having taken took.
+func (l *syncLaps) add(step string, took time.Duration) {
+	if l != nil {
+		l.steps = append(l.steps, syncLap{step, took})
+	}
+}
+
+// lap records step as having taken the time since the previous lap.
+func (l *syncLaps) lap(step string) {
+	if l == nil {
+		return
+	}
+	now := time.Now()
+	l.add(step, now.Sub(l.last))
+	l.last = now
+}
+
+// fields adds each step's milliseconds to a log line (<step>_ms).
+func (l *syncLaps) fields(e *zerolog.Event) {
+	for _, s := range l.steps {
+		e.Int64(s.step+"_ms", s.took.Milliseconds())
+	}
 }
 
 func (h *Hub) setSync(f func(*fleetwave.SyncState)) {
@@ -112,13 +180,16 @@ type loader func(files map[string][]byte, commit, base string, changed []string)
 // with load: a snapshot with
 // its generations, or the commit's validation errors (refused files
 // included), or an error when it cannot be read at all. The hub's sync
-// and `fleetwave plan` both load commits through it.
-func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
+// and `fleetwave plan` both load commits through it; laps (nil for plan)
+// times its steps.
+func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string, laps *syncLaps) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
 	fs, err := repo.FilesChanged(ctx, commit)
 	if err != nil {
 		return nil, nil, err
 	}
+	laps.lap("read")
 	snap, err := load(fs.Files, commit, fs.Base, fs.Changed) // fs.Files is ours: the loader may keep it
+	laps.lap("validate")
 	var verr *fleetwave.ValidationError
 	if err != nil && !errors.As(err, &verr) {
 		return nil, nil, err
@@ -137,6 +208,7 @@ func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string)
 	if err != nil {
 		return nil, nil, err
 	}
+	laps.lap("generations")
 	snap.Commit, snap.Generations = commit, gens
 	return snap, nil, nil
 }
