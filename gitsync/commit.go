@@ -199,8 +199,7 @@ func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message
 	if err := objs.encode(); err != nil {
 		return nil, fmt.Errorf("store status objects: %w", err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("buildStatus")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
@@ -217,8 +216,7 @@ func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message
 // commit built in memory, its new objects (to encode and store), and the
 // trees it wrote (kept once they are stored).
 func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, message string) (*statusBuild, *newObjects, map[plumbing.Hash]*object.Tree, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("buildStatusObjects")()
 	if err := r.usable(); err != nil {
 		return nil, nil, nil, err
 	}
@@ -279,8 +277,7 @@ func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, 
 // itself, or past it (someone's commit on top); only a ref still at the
 // commit's base is set to it, so none goes back. It holds mu.
 func (r *Repo) statusPushed(branch plumbing.ReferenceName, b *statusBuild, attempt int) (StatusResult, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("statusPushed")()
 	res := StatusResult{Commit: b.commit.String(), Attempts: attempt, Overwritten: b.overwritten}
 	if err := r.usable(); err != nil {
 		return res, nil // closed meanwhile: the commit is on the remote all the same

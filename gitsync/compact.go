@@ -55,13 +55,13 @@ func (r *Repo) compact() (int, error) {
 
 // compactHeld is compact, compactMu held.
 func (r *Repo) compactHeld() (int, error) {
-	r.mu.Lock()
+	unlock := r.lock("compact: list packs")
 	if r.usable() != nil {
-		r.mu.Unlock()
+		unlock()
 		return 0, nil
 	}
 	_, dir, ok := packDir(r.repo.Storer)
-	r.mu.Unlock()
+	unlock()
 	if !ok {
 		return 0, nil
 	}
@@ -94,8 +94,7 @@ func (r *Repo) compactHeld() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("compact: write pack: %w", err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("compact: install")()
 	if r.usable() != nil {
 		staged.discard()
 		return 0, nil // closed meanwhile: nothing put in place
@@ -183,8 +182,7 @@ func (r *Repo) mergePacks(packs []packFile) (*encodedPack, error) {
 // resolveDeltas reads the objects stored as deltas through the mirror,
 // under mu, as whole objects whose content is checked against their ids.
 func (r *Repo) resolveDeltas(deltas []plumbing.Hash) ([]plumbing.EncodedObject, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("resolveDeltas")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}

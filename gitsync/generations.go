@@ -315,8 +315,7 @@ func (g *genCache) saveBase() error {
 // continues above it. Asking for an older commit of the same history returns
 // that commit's generations and leaves the marks alone.
 func (r *Repo) Generations(ctx context.Context, commit string) (map[fleetwave.ObjectKey]int64, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("Generations")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}

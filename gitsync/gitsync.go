@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -164,7 +165,10 @@ type Repo struct {
 	src    Source
 	remote string // the URL as stored in the mirror's configuration
 
-	mu       sync.Mutex
+	mu sync.Mutex // taken through lock
+	// holder names the operation holding mu (lock), for the log of a
+	// long wait.
+	holder   atomic.Pointer[string]
 	repo     *git.Repository
 	lastHead plumbing.Hash
 	gens     *genCache
@@ -481,8 +485,7 @@ func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error)
 // fetchTracked is Fetch but for the compaction, under mu; added says
 // whether the fetch added a pack to the mirror.
 func (r *Repo) fetchTracked(ctx context.Context) (head string, changed, added bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("fetchTracked")()
 	if err := r.usable(); err != nil {
 		return "", false, false, err
 	}
@@ -499,11 +502,42 @@ func (r *Repo) fetchTracked(ctx context.Context) (head string, changed, added bo
 	return h.String(), changed, r.packCount() > before, nil
 }
 
+// slowLock is the wait for the mirror's lock, or the hold of it, from
+// which lock logs a warning.
+const slowLock = 250 * time.Millisecond
+
+// lock takes mu for op (the operation, as logs name it) and returns its
+// release. A wait or a hold of slowLock or more is logged at warn, with
+// the operation that held the lock when the wait began: every sync,
+// status commit and read of the mirror waits behind the one that holds
+// it, and a hub logging at warn should say which held a pushed commit
+// back.
+func (r *Repo) lock(op string) (unlock func()) {
+	start := time.Now()
+	holder := r.holder.Load()
+	r.mu.Lock()
+	got := time.Now()
+	if wait := got.Sub(start); wait >= slowLock {
+		ev := r.opts.log.Warn().Str("op", op).Int64("waited_ms", wait.Milliseconds())
+		if holder != nil {
+			ev = ev.Str("held_by", *holder)
+		}
+		ev.Msg("waited for the mirror's lock")
+	}
+	r.holder.Store(&op)
+	return func() {
+		if held := time.Since(got); held >= slowLock {
+			r.opts.log.Warn().Str("op", op).Int64("held_ms", held.Milliseconds()).Msg("held the mirror's lock")
+		}
+		r.holder.Store(nil)
+		r.mu.Unlock()
+	}
+}
+
 // Close releases the mirror. The Repo must not be used afterwards.
 func (r *Repo) Close() error {
 	r.compacting.Wait() // a compaction running puts its pack in place, or drops it
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("Close")()
 	r.setRepo(nil)
 	return nil
 }
@@ -522,8 +556,7 @@ type CommitInfo struct {
 
 // CommitInfo returns the author, committer time and subject of commit.
 func (r *Repo) CommitInfo(ctx context.Context, commit string) (CommitInfo, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("CommitInfo")()
 	if err := r.usable(); err != nil {
 		return CommitInfo{}, err
 	}

@@ -25,8 +25,7 @@ func (r *Repo) HighWater() map[fleetwave.ObjectKey]int64 {
 // caller that keeps the version copies the marks (100,000 of them at
 // 100,000 nodes) only when one changed.
 func (r *Repo) HighWaterSince(since uint64) (map[fleetwave.ObjectKey]int64, uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("HighWaterSince")()
 	g := r.gens
 	if since == g.version {
 		return nil, since
@@ -57,8 +56,7 @@ var nextMarksVersion atomic.Uint64
 // pure history, which only matters after a force-push (they can then go
 // below what was returned before).
 func (r *Repo) SeedHighWater(marks map[fleetwave.ObjectKey]int64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("SeedHighWater")()
 	g := r.gens
 	changed := false
 	for k, gen := range marks {

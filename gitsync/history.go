@@ -30,8 +30,7 @@ const maxHistoryWalk = 100_000
 // it does by commit and path sees every change of the current history.
 // Trees are compared, not file contents.
 func (r *Repo) ChangesSince(ctx context.Context, from, to string, prefixes ...string) ([]CommitChange, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("ChangesSince")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
@@ -130,8 +129,7 @@ func (r *Repo) FileAt(ctx context.Context, commit, path string) (data []byte, ok
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("FileAt")()
 	if err := r.usable(); err != nil {
 		return nil, false, err
 	}

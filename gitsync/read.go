@@ -77,8 +77,7 @@ type FileSet struct {
 // entry. The result is the one a whole walk gives
 // (TestIncrementalSyncEqualsFullLoad).
 func (r *Repo) FilesChanged(ctx context.Context, commit string) (FileSet, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("FilesChanged")()
 	if err := r.usable(); err != nil {
 		return FileSet{}, err
 	}
@@ -473,8 +472,7 @@ func (r *Repo) entries(tree plumbing.Hash) (map[string]object.TreeEntry, error) 
 // from and to (from "" = the empty tree). It compares trees only and never
 // reads file contents.
 func (r *Repo) ChangedPaths(ctx context.Context, from, to string) ([]string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("ChangedPaths")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
@@ -511,8 +509,7 @@ func (r *Repo) changes(ctx context.Context, from, to string, skipStatus bool) ([
 // trees only; when status/ is the only difference just the top-level trees
 // are read.
 func (r *Repo) StatusOnly(ctx context.Context, from, to string) (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("StatusOnly")()
 	if err := r.usable(); err != nil {
 		return false, err
 	}

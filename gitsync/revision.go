@@ -49,8 +49,7 @@ func OpenLocal(dir string, opts ...Option) (r *Repo, closeFn func(), err error) 
 // a remote-tracking branch ("origin/main"), a tag, HEAD, a hash or a hash
 // prefix, with ~N and ^N suffixes.
 func (r *Repo) Resolve(rev string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("Resolve")()
 	if err := r.usable(); err != nil {
 		return "", err
 	}
@@ -64,8 +63,7 @@ func (r *Repo) Resolve(rev string) (string, error) {
 // MergeBase returns the best common ancestor of two commits ("" when they
 // share no history).
 func (r *Repo) MergeBase(a, b string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("MergeBase")()
 	if err := r.usable(); err != nil {
 		return "", err
 	}
@@ -93,8 +91,7 @@ func (r *Repo) MergeBase(a, b string) (string, error) {
 // mirror works; the latest status is at StatusTip (with a status branch,
 // commits of the tracked branch hold no status written by the hub).
 func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byte, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("StatusFiles")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
@@ -155,8 +152,7 @@ func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byt
 // before the status branch was configured carry older values. It reads
 // the mirror as left by the last Open, Fetch or WriteStatus.
 func (r *Repo) LatestTrailer(ctx context.Context, key string, limit int) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("LatestTrailer")()
 	if err := r.usable(); err != nil {
 		return "", err
 	}

@@ -115,8 +115,7 @@ func (r *Repo) VerifyCommit(ctx context.Context, commit string, keys SignerKeys)
 	if err := ctx.Err(); err != nil {
 		return Signer{}, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("VerifyCommit")()
 	if err := r.usable(); err != nil {
 		return Signer{}, err
 	}

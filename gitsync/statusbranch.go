@@ -80,8 +80,7 @@ func (r *Repo) statusHead() (plumbing.Hash, error) {
 // StatusFiles to read the status back. It reads the mirror as left by the
 // last Open, Fetch or WriteStatus, without going to the remote.
 func (r *Repo) StatusTip(ctx context.Context) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("StatusTip")()
 	if err := r.usable(); err != nil {
 		return "", err
 	}

@@ -405,8 +405,7 @@ type writeBuild struct {
 // candidate's files when validate is set and its content differs from
 // validated.
 func (r *Repo) buildWrite(ctx context.Context, pw *preparedWrite, validate bool, validated plumbing.Hash) (*writeBuild, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("buildWrite")()
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
@@ -483,8 +482,7 @@ func (r *Repo) buildWrite(ctx context.Context, pw *preparedWrite, validate bool,
 // on b.tip. raced reports a lost race (the error says which); commit is
 // set when the push was attempted.
 func (r *Repo) pushWrite(ctx context.Context, pw *preparedWrite, b *writeBuild, attempt int) (commit plumbing.Hash, raced bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.lock("pushWrite")()
 	if err := r.usable(); err != nil {
 		return plumbing.ZeroHash, false, err
 	}

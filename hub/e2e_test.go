@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,9 +98,13 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 				return err == nil && len(obs) == 3
 			})
 
-			gittest.Push(t, remote, map[string]string{"brc/web.cue": webBRC}, nil, "Roll out web 1.0.0")
+			pushed := gittest.Push(t, remote, map[string]string{"brc/web.cue": webBRC}, nil, "Roll out web 1.0.0")
 
 			r, items := f.waitRollout(t, "web-g1", fleetwave.RolloutCompleted)
+			// the push's own plan said what each of its steps took
+			if !regexp.MustCompile(`"commit":"` + pushed + `".*"create_ms":\d+.*"message":"push planned"`).MatchString(f.logs.String()) {
+				t.Errorf("no \"push planned\" line of %s with its steps", pushed)
+			}
 			if r.Counters.Total != 3 || r.Counters.Done != 3 {
 				t.Fatalf("rollout counters = %+v, want total=3 done=3", r.Counters)
 			}

@@ -65,8 +65,10 @@ type Hub struct {
 	statusSoon    chan struct{}
 	// stepNow runs an engine step at once (a rollout was created).
 	stepNow chan struct{}
-	// pushNow plans the BRCs a new snapshot changed (pushStep).
-	pushNow chan struct{}
+	// pushNow plans the BRCs a new snapshot changed (pushStep); pushAsked
+	// is when the sync asked for it (Unix nanoseconds, 0 once started).
+	pushNow   chan struct{}
+	pushAsked atomic.Int64
 
 	mu       sync.Mutex
 	fence    int64

@@ -85,6 +85,17 @@ func TestLogLinesAreJSONWithEachKeyOnce(t *testing.T) {
 		}
 		if msg, ok := fields["message"].(string); ok {
 			messages[msg] = true
+			// the steps of a sync and of a push's plan are timed
+			for step, keys := range map[string][]string{
+				"snapshot applied": {"fetch_ms", "read_ms", "validate_ms", "generations_ms", "took_ms", "commit"},
+				"push planned":     {"scope_ms", "observe_ms", "plan_ms", "create_ms", "took_ms", "commit"},
+			} {
+				for _, k := range keys {
+					if _, ok := fields[k]; msg == step && !ok {
+						t.Errorf("line %d: %q without %s: %s", i+1, msg, k, line)
+					}
+				}
+			}
 		}
 		if _, ok := fields["level"].(string); !ok {
 			t.Errorf("line %d has no level: %s", i+1, line)

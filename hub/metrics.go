@@ -91,7 +91,7 @@ func newMetrics(h *Hub) *metrics {
 }
 
 // syncSteps records the steps of one sync.
-func (m *metrics) syncSteps(l *syncLaps) {
+func (m *metrics) syncSteps(l *stepLaps) {
 	if m == nil {
 		return
 	}

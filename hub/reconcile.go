@@ -242,6 +242,7 @@ func changedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
 // new generation waits for its quiescence_seconds, or a commit that changes
 // more than BRCs, is left to the reconcile loop.
 func (h *Hub) pushStep(ctx context.Context) {
+	asked := h.pushAsked.Swap(0)
 	fence := h.currentFence()
 	h.mu.Lock()
 	snap, prev := h.snapshot, h.pushed
@@ -260,13 +261,26 @@ func (h *Hub) pushStep(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	defer func() { h.metrics.reconcileSecs.Observe(time.Since(start).Seconds()) }()
+	laps := &stepLaps{last: start}
+	if asked != 0 {
+		laps.add("wait", start.Sub(time.Unix(0, asked)))
+	}
+	defer func() {
+		took := time.Since(start)
+		h.metrics.reconcileSecs.Observe(took.Seconds())
+		ev := h.log.Debug()
+		if took >= slowSync {
+			ev = h.log.Warn() // seen by a hub logging at warn: what held a push back
+		}
+		ev.Str("commit", snap.Commit).Int("brcs", len(changed)).Int64("took_ms", took.Milliseconds()).Func(laps.fields).Msg("push planned")
+	}()
 	scope := map[string]bool{}
 	for name := range changed {
 		for _, id := range reconciler.Scope(snap, snap.Triggers[name]) {
 			scope[id] = true
 		}
 	}
+	laps.lap("scope")
 	observedAt := h.clock.Now()
 	obs, version, err := h.eng.ObserveNodes(ctx, sortedKeys(scope))
 	if err != nil {
@@ -275,6 +289,7 @@ func (h *Hub) pushStep(ctx context.Context) {
 		}
 		return
 	}
+	laps.lap("observe")
 	approvals, err := h.eng.Approvals(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -282,12 +297,15 @@ func (h *Hub) pushStep(ctx context.Context) {
 		}
 		return
 	}
+	laps.lap("approvals")
 	opts := h.reconcilerOptions()
 	opts.RequireReport = true
 	opts.Only = changed
 	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
 	specs, _ := h.gate(snap, plan.WithItems(), approvals)
+	laps.lap("plan")
 	actor := h.commitActor(ctx, snap)
+	laps.lap("actor")
 	for _, spec := range specs {
 		if spec.Source.Actor == "" {
 			spec.Source.Actor = actor
@@ -295,6 +313,7 @@ func (h *Hub) pushStep(ctx context.Context) {
 		spec.ObservedVersion = version
 		h.createPlanned(ctx, fence, spec)
 	}
+	laps.lap("create")
 }
 
 // waitsFingerprint is a deterministic digest of the waits status shows

@@ -24,7 +24,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	laps := &syncLaps{last: start}
+	laps := &stepLaps{last: start}
 	if asked != 0 {
 		laps.add("wait", start.Sub(time.Unix(0, asked)))
 	}
@@ -107,6 +107,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 	}
 	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
 		Func(laps.fields).Msg("snapshot applied")
+	h.pushAsked.CompareAndSwap(0, time.Now().UnixNano())
 	h.kick(h.pushNow)
 	h.kick(h.reconcileNow)
 }
@@ -122,29 +123,30 @@ func (h *Hub) askSync() {
 	h.kick(h.syncNow)
 }
 
-// syncLaps times the steps of one sync of a new commit, in order: wait
-// (from the push noticed to the sync started), fetch, read (the commit's
-// files), validate, generations, signers, records and approvals. They go
-// to fleetwave_sync_step_seconds and to the "snapshot applied" line.
-type syncLaps struct {
+// stepLaps times the steps of one run of a loop, in order. A sync's are
+// wait (from the push noticed to the sync started), fetch, read (the
+// commit's files), validate, generations, signers, records and approvals:
+// they go to fleetwave_sync_step_seconds and to the "snapshot applied"
+// line. The push step's go to its "push planned" line.
+type stepLaps struct {
 	last  time.Time
-	steps []syncLap
+	steps []stepLap
 }
 
-type syncLap struct {
+type stepLap struct {
 	step string
 	took time.Duration
 }
 
 // add records step as having taken took.
-func (l *syncLaps) add(step string, took time.Duration) {
+func (l *stepLaps) add(step string, took time.Duration) {
 	if l != nil {
-		l.steps = append(l.steps, syncLap{step, took})
+		l.steps = append(l.steps, stepLap{step, took})
 	}
 }
 
 // lap records step as having taken the time since the previous lap.
-func (l *syncLaps) lap(step string) {
+func (l *stepLaps) lap(step string) {
 	if l == nil {
 		return
 	}
@@ -154,7 +156,7 @@ func (l *syncLaps) lap(step string) {
 }
 
 // fields adds each step's milliseconds to a log line (<step>_ms).
-func (l *syncLaps) fields(e *zerolog.Event) {
+func (l *stepLaps) fields(e *zerolog.Event) {
 	for _, s := range l.steps {
 		e.Int64(s.step+"_ms", s.took.Milliseconds())
 	}
@@ -182,7 +184,7 @@ type loader func(files map[string][]byte, commit, base string, changed []string)
 // included), or an error when it cannot be read at all. The hub's sync
 // and `fleetwave plan` both load commits through it; laps (nil for plan)
 // times its steps.
-func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string, laps *syncLaps) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
+func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string, laps *stepLaps) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
 	fs, err := repo.FilesChanged(ctx, commit)
 	if err != nil {
 		return nil, nil, err
