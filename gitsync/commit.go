@@ -184,17 +184,16 @@ type statusBuild struct {
 
 // buildStatus fetches, builds the status commit of edits on the status
 // branch's tip and writes it into the mirror; nil when the tree would not
-// change. It holds mu while it reads and writes the mirror, not while it
-// compresses the new objects: at 100,000 nodes a status commit of tens of
-// thousands of documents compresses for a second of CPU, and a sync of
-// the tracked branch waited for it.
+// change. It holds mu while it fetches and reads the status branch's tip,
+// and to store the new objects, not while it builds the new trees (each
+// object it reads takes mu on its own) nor while it compresses them: at
+// 100,000 nodes a status commit edits trees of tens of thousands of
+// entries and compresses for a second of CPU, on a loaded hub seconds in
+// which a sync of the tracked branch waited.
 func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message string) (*statusBuild, error) {
 	b, objs, written, err := r.buildStatusObjects(ctx, edits, message)
 	if err != nil || b == nil {
 		return nil, err
-	}
-	if r.beforeEncode != nil {
-		r.beforeEncode()
 	}
 	if err := objs.encode(); err != nil {
 		return nil, fmt.Errorf("store status objects: %w", err)
@@ -212,43 +211,70 @@ func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message
 	return b, nil
 }
 
-// buildStatusObjects is the first step of buildStatus, under mu: the
-// commit built in memory, its new objects (to encode and store), and the
-// trees it wrote (kept once they are stored).
-func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, message string) (*statusBuild, *newObjects, map[plumbing.Hash]*object.Tree, error) {
-	defer r.lock("buildStatusObjects")()
+// statusStart is what buildStatusObjects reads under mu: the base of the
+// status commit, the edits with the foreign ones restored, and the
+// overlay its objects are written to.
+type statusStart struct {
+	localRef plumbing.ReferenceName
+	base     statusBase
+	all      map[string][]byte
+	foreign  []string
+	ov       *overlay
+}
+
+// startStatus is the first step of buildStatusObjects, under mu: fetch,
+// find the base, check the fence on it, restore foreign edits.
+func (r *Repo) startStatus(ctx context.Context, edits map[string][]byte, message string) (*statusStart, error) {
+	defer r.lock("startStatus")()
 	if err := r.usable(); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	localRef := r.trackingRef()
+	st := &statusStart{localRef: r.trackingRef()}
 	if r.opts.statusBranch != "" {
-		localRef = r.statusRef()
+		st.localRef = r.statusRef()
 	}
 	tracked, err := r.fetch(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	ov := newOverlay(r.repo.Storer)
-	base, err := r.statusBaseFor(tracked, ov)
-	if err != nil {
-		return nil, nil, nil, err
+	st.ov = newOverlay(r.repo.Storer)
+	if st.base, err = r.statusBaseFor(tracked, st.ov); err != nil {
+		return nil, err
 	}
 	// Checked on the very tip the push will require (the push is a
 	// compare-and-swap on it), so no newer leader's commit can slip in.
-	if err := r.checkFence(ctx, base, message); err != nil {
-		return nil, nil, nil, err
+	if err := r.checkFence(ctx, st.base, message); err != nil {
+		return nil, err
 	}
-	all, foreign, err := r.restoreForeignEdits(ctx, base.commit, edits)
+	if st.all, st.foreign, err = r.restoreForeignEdits(ctx, st.base.commit, edits); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// buildStatusObjects is the first step of buildStatus: the commit built
+// in memory, its new objects (to encode and store), and the trees it
+// wrote (kept once they are stored). Its reads take mu one by one
+// (lockedObjects); the trees kept from the last status commit are read
+// without it (WriteStatus calls, the only ones to use them, are
+// serialized).
+func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, message string) (*statusBuild, *newObjects, map[plumbing.Hash]*object.Tree, error) {
+	st, err := r.startStatus(ctx, edits, message)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if r.beforeEdit != nil {
+		r.beforeEdit()
+	}
+	ov, base := st.ov, st.base
+	ov.base = lockedObjects{r: r, base: ov.base}
 	ed := &treeEditor{s: ov, read: func(h plumbing.Hash) (*object.Tree, error) {
 		if t := r.kept[h]; t != nil {
 			return t, nil
 		}
 		return object.GetTree(ov, h)
 	}}
-	tree, err := ed.edit(base.tree, all)
+	tree, err := ed.edit(base.tree, st.all)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("build status tree: %w", err)
 	}
@@ -256,7 +282,7 @@ func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, 
 		r.opts.log.Debug().Str("branch", r.StatusBranch()).Str("commit", base.lease.String()).Msg("status unchanged: nothing to commit")
 		return nil, nil, nil, nil
 	}
-	overwritten, err := r.overwritten(base.tree, tree, foreign, ov)
+	overwritten, err := r.overwritten(base.tree, tree, st.foreign, ov)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -269,7 +295,7 @@ func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, 
 	if objs == nil {
 		return nil, nil, nil, errors.New("status commit without a new object")
 	}
-	return &statusBuild{lease: base.lease, localRef: localRef, commit: h, files: len(all), overwritten: overwritten}, objs, ed.written, nil
+	return &statusBuild{lease: base.lease, localRef: st.localRef, commit: h, files: len(st.all), overwritten: overwritten}, objs, ed.written, nil
 }
 
 // statusPushed records a pushed status commit in the mirror. A Fetch

@@ -274,11 +274,12 @@ func TestAMirrorWithADamagedRefIsClonedAgain(t *testing.T) {
 	}
 }
 
-// TestFetchRunsWhileAStatusCommitIsCompressed: the objects of a status
-// commit are compressed without the mirror's lock, so a sync's fetch in
-// the meantime does not wait for it; the commit is then stored, pushed and
+// TestFetchRunsWhileAStatusCommitIsBuilt: a status commit builds its
+// trees (reading the mirror's objects one lock at a time) and compresses
+// its objects without holding the mirror's lock, so a sync's fetch in the
+// meantime does not wait for it; the commit is then stored, pushed and
 // built on as ever.
-func TestFetchRunsWhileAStatusCommitIsCompressed(t *testing.T) {
+func TestFetchRunsWhileAStatusCommitIsBuilt(t *testing.T) {
 	isolateGit(t)
 	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
 	r := open(t, url)
@@ -286,22 +287,22 @@ func TestFetchRunsWhileAStatusCommitIsCompressed(t *testing.T) {
 	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
 	fetched := make(chan string, 1)
 	var once sync.Once
-	r.beforeEncode = func() {
+	r.beforeEdit = func() {
 		once.Do(func() {
 			go func() {
 				head, _, err := r.Fetch(context.Background())
 				if err != nil {
-					t.Errorf("Fetch while a status commit is compressed: %v", err)
+					t.Errorf("Fetch while a status commit is built: %v", err)
 				}
 				fetched <- head
 			}()
 			select {
 			case head := <-fetched:
 				if head != human {
-					t.Errorf("Fetch while a status commit is compressed = %s, want the human commit %s", head, human)
+					t.Errorf("Fetch while a status commit is built = %s, want the human commit %s", head, human)
 				}
 			case <-time.After(30 * time.Second):
-				t.Error("Fetch waited for the status commit's compression")
+				t.Error("Fetch waited for the status commit's trees and compression")
 			}
 		})
 	}

@@ -198,10 +198,10 @@ type Repo struct {
 	// CommitFiles write) and pushing it (tests use it to inject a
 	// competing push).
 	beforePush func(attempt int)
-	// beforeEncode, if set, runs when a status commit is built and its
-	// objects are about to be compressed, without mu (tests use it to
-	// fetch meanwhile).
-	beforeEncode func()
+	// beforeEdit, if set, runs when a status commit has read its base and
+	// is about to build its trees and compress them, without mu (tests
+	// use it to fetch meanwhile).
+	beforeEdit func()
 	// compactMu is held by the compaction running (compact), which takes
 	// mu only to find its packs and to put the merged one in place.
 	compactMu sync.Mutex

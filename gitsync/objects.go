@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"crypto"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -551,4 +552,68 @@ func syncDir(dir string) error {
 func regularFile(p string) bool {
 	fi, err := os.Lstat(p)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// lockedObjects reads the mirror's objects for work done without mu (a
+// status commit's trees): each read takes mu and returns the object
+// whole, in memory, since go-git's objects read their pack lazily. It
+// stores nothing.
+type lockedObjects struct {
+	r    *Repo
+	base storer.EncodedObjectStorer
+}
+
+var _ storer.EncodedObjectStorer = lockedObjects{}
+
+func (l lockedObjects) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
+
+func (l lockedObjects) SetEncodedObject(plumbing.EncodedObject) (plumbing.Hash, error) {
+	return plumbing.ZeroHash, errors.New("the mirror is read without its lock here: objects are written to an overlay")
+}
+
+func (l lockedObjects) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	defer l.r.lock("read object")()
+	if err := l.r.usable(); err != nil {
+		return nil, err
+	}
+	obj, err := l.base.EncodedObject(t, h)
+	if err != nil {
+		return nil, err
+	}
+	mem := &plumbing.MemoryObject{}
+	mem.SetType(obj.Type())
+	mem.SetSize(obj.Size())
+	rd, err := obj.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	if _, err := io.Copy(mem, rd); err != nil {
+		return nil, err
+	}
+	return mem, nil
+}
+
+func (l lockedObjects) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	return nil, errors.New("the mirror's objects are not iterated without its lock")
+}
+
+func (l lockedObjects) HasEncodedObject(h plumbing.Hash) error {
+	defer l.r.lock("read object")()
+	if err := l.r.usable(); err != nil {
+		return err
+	}
+	return l.base.HasEncodedObject(h)
+}
+
+func (l lockedObjects) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	defer l.r.lock("read object")()
+	if err := l.r.usable(); err != nil {
+		return 0, err
+	}
+	return l.base.EncodedObjectSize(h)
+}
+
+func (l lockedObjects) AddAlternate(string) error {
+	return errors.New("the mirror's alternates are not changed without its lock")
 }
