@@ -580,18 +580,7 @@ func (l lockedObjects) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (pl
 	if err != nil {
 		return nil, err
 	}
-	mem := &plumbing.MemoryObject{}
-	mem.SetType(obj.Type())
-	mem.SetSize(obj.Size())
-	rd, err := obj.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	if _, err := io.Copy(mem, rd); err != nil {
-		return nil, err
-	}
-	return mem, nil
+	return inMemory(obj)
 }
 
 func (l lockedObjects) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
