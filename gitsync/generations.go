@@ -128,9 +128,13 @@ type genCache struct {
 	order  []plumbing.Hash
 	hashes map[string]string
 	marks  marks
-	// version is the HighWaterSince version of marks.Objects, a new one
-	// at each change (setMark).
+	// version is the HighWaterChanges version of marks.Objects, a new one
+	// at each change (setMark). changes logs the marks set since version
+	// logFrom, with the version each one made (HighWaterChanges); a bulk
+	// change (marksChanged) empties it.
 	version uint64
+	changes []markChange
+	logFrom uint64
 	// the journal of the marks (saveMarks): the marks changed since the
 	// last save, the number of the last save, the journal's lines, and
 	// whether the next save rewrites the base
@@ -141,19 +145,40 @@ type genCache struct {
 	compact      bool
 }
 
-// marksChanged gives marks.Objects a new version.
-func (g *genCache) marksChanged() { g.version = nextMarksVersion.Add(1) }
+// markChange is one mark set, and the version it made.
+type markChange struct {
+	version uint64
+	key     fleetwave.ObjectKey
+}
+
+// marksChanged gives marks.Objects a new version after a change of many
+// of them: HighWaterChanges returns them whole to any earlier version.
+func (g *genCache) marksChanged() {
+	g.version = nextMarksVersion.Add(1)
+	g.changes, g.logFrom = nil, g.version
+}
 
 // setMark sets the mark of k, to be saved by the next saveMarks.
 func (g *genCache) setMark(k fleetwave.ObjectKey, m mark) {
 	g.marks.Objects[k] = m
 	g.dirty[k] = true
-	g.marksChanged()
+	if len(g.changes) >= max(maxMarkChanges, len(g.marks.Objects)) {
+		g.marksChanged() // the log would outgrow a whole copy
+		return
+	}
+	g.version = nextMarksVersion.Add(1)
+	g.changes = append(g.changes, markChange{g.version, k})
 }
 
+// maxMarkChanges is the least number of changes the log of the marks
+// keeps before it starts again from a whole copy.
+const maxMarkChanges = 4096
+
 func newGenCache(file string) *genCache {
-	return &genCache{file: file, states: map[plumbing.Hash]*genState{}, hashes: map[string]string{}, marks: marks{Objects: map[fleetwave.ObjectKey]mark{}},
-		version: nextMarksVersion.Add(1), dirty: map[fleetwave.ObjectKey]bool{}}
+	g := &genCache{file: file, states: map[plumbing.Hash]*genState{}, hashes: map[string]string{}, marks: marks{Objects: map[fleetwave.ObjectKey]mark{}},
+		dirty: map[fleetwave.ObjectKey]bool{}}
+	g.marksChanged()
+	return g
 }
 
 func (g *genCache) put(h plumbing.Hash, s *genState) {

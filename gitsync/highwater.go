@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"sort"
 	"sync/atomic"
 
 	"github.com/fleetwave/fleetwave"
@@ -15,29 +16,39 @@ const seededMarkHash = "seeded"
 // (status/generation_marks.yaml) so that SeedHighWater can restore them
 // when the mirror directory, which holds them durably, is lost.
 func (r *Repo) HighWater() map[fleetwave.ObjectKey]int64 {
-	marks, _ := r.HighWaterSince(0)
+	marks, _, _ := r.HighWaterChanges(0)
 	return marks
 }
 
-// HighWaterSince returns the marks as HighWater does with their version,
-// or nil and the same version when they did not change since version
-// since. A version is never 0: HighWaterSince(0) always returns them. A
-// caller that keeps the version copies the marks (100,000 of them at
-// 100,000 nodes) only when one changed.
-func (r *Repo) HighWaterSince(since uint64) (map[fleetwave.ObjectKey]int64, uint64) {
-	defer r.lock("HighWaterSince")()
+// HighWaterChanges returns the marks as HighWater does, to a caller that
+// keeps a copy: with whole false, changed holds only the marks set since
+// version since (nil when none was: version is since), to apply to the
+// copy; with whole true (since 0, or from before the log of changes, or
+// another Repo's) it holds them all. Versions are never 0.
+// At 100,000 nodes a whole copy took 0.7 s under the mirror's lock on a
+// loaded hub, at every status commit after a commit.
+func (r *Repo) HighWaterChanges(since uint64) (changed map[fleetwave.ObjectKey]int64, version uint64, whole bool) {
+	defer r.lock("HighWaterChanges")()
 	g := r.gens
-	if since == g.version {
-		return nil, since
+	switch {
+	case since == g.version:
+		return nil, since, false
+	case since == 0 || since < g.logFrom || since > g.version:
+		out := make(map[fleetwave.ObjectKey]int64, len(g.marks.Objects))
+		for k, m := range g.marks.Objects {
+			out[k] = m.Gen
+		}
+		return out, g.version, true
 	}
-	out := make(map[fleetwave.ObjectKey]int64, len(g.marks.Objects))
-	for k, m := range g.marks.Objects {
-		out[k] = m.Gen
+	i := sort.Search(len(g.changes), func(i int) bool { return g.changes[i].version > since })
+	out := make(map[fleetwave.ObjectKey]int64, len(g.changes)-i)
+	for _, c := range g.changes[i:] {
+		out[c.key] = g.marks.Objects[c.key].Gen
 	}
-	return out, g.version
+	return out, g.version, false
 }
 
-// nextMarksVersion hands out the versions of HighWaterSince: unique in the
+// nextMarksVersion hands out the versions of HighWaterChanges: unique in the
 // process, so a version of a Repo or genCache since replaced never
 // matches the new one's.
 var nextMarksVersion atomic.Uint64

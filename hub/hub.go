@@ -115,9 +115,11 @@ type Hub struct {
 	renderedFence int64
 	// nodeInputs are what each node's status document was last built
 	// from (statusFiles), kept and forgotten with rendered; marksVersion
-	// is the version of the generation marks last rendered (0: none yet).
+	// is the version of the generation marks last rendered (0: none yet),
+	// marks those marks (HighWaterChanges).
 	nodeInputs   map[string]nodeInputs
 	marksVersion uint64
+	marks        map[fleetwave.ObjectKey]int64
 	// partItems are the items each part of a large rollout's items was
 	// last built from (statusFiles), kept and forgotten with rendered.
 	partItems map[string][]fleetwave.Item

@@ -416,9 +416,16 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	// The highest generation ever given to each object: restored from
 	// there when the mirror is lost, so generations never go down. Read
 	// and rendered only when one changed.
-	switch marks, v := h.repo.HighWaterSince(h.marksVersion); {
-	case marks != nil && (len(marks) > 0 || h.rendered[status.GenerationMarksPath] != nil):
-		j, err := status.GenerationMarksJSON(status.GenerationMarks{Marks: marks})
+	markChanges, v, whole := h.repo.HighWaterChanges(h.marksVersion)
+	switch {
+	case whole:
+		h.marks = markChanges
+	case markChanges != nil:
+		maps.Copy(h.marks, markChanges)
+	}
+	switch {
+	case markChanges != nil && (len(h.marks) > 0 || h.rendered[status.GenerationMarksPath] != nil):
+		j, err := status.GenerationMarksJSON(status.GenerationMarks{Marks: h.marks})
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("generation marks: %w", err)
 		}
@@ -430,7 +437,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			rendered = append(rendered, status.GenerationMarksPath)
 		}
 		h.marksVersion = v
-	case marks != nil:
+	case markChanges != nil:
 		h.marksVersion = v // none yet: no document
 	default:
 		if h.keepRendered(files, status.GenerationMarksPath) {
