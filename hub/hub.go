@@ -69,6 +69,13 @@ type Hub struct {
 	// is when the sync asked for it (Unix nanoseconds, 0 once started).
 	pushNow   chan struct{}
 	pushAsked atomic.Int64
+	// pushSlots bounds the push plans running beside the push loop
+	// (pushPlans), pushing counts them (Run waits for them).
+	pushSlots chan struct{}
+	pushing   sync.WaitGroup
+	// beforeCreate, if set, runs before a rollout is handed to the engine
+	// (tests use it to hold one creation while others run).
+	beforeCreate func(fleetwave.RolloutSpec)
 
 	mu       sync.Mutex
 	fence    int64
@@ -191,6 +198,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 		statusSoon:    make(chan struct{}, 1),
 		stepNow:       make(chan struct{}, 1),
 		pushNow:       make(chan struct{}, 1),
+		pushSlots:     make(chan struct{}, pushPlans),
 		tokens:        map[string]string{},
 		sent:          sentItems{ttl: cfg.ReconcileInterval.D()},
 	}
@@ -343,6 +351,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	_ = h.server.Shutdown(shutdownCtx)
 	cancelShutdown()
 	wg.Wait()
+	h.pushing.Wait()
 	// a last status write so that what happened is in the repository
 	h.statusStep(context.Background())
 	if fence := h.currentFence(); fence > 0 {

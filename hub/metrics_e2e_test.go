@@ -279,9 +279,9 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 			t.Errorf("%s did not grow: %v -> %v", name, before.sum(name), after.sum(name))
 		}
 	}
-	// each step of a sync that applied a commit was timed (wait too: the
-	// hub watches its file:// remote)
-	for _, step := range []string{"wait", "fetch", "read", "validate", "generations", "signers", "records", "approvals"} {
+	// each step of a sync that applied a commit was timed (wait only when
+	// the watcher, not the poll, saw the commit first: not asserted)
+	for _, step := range []string{"fetch", "read", "validate", "generations", "signers", "records", "approvals"} {
 		if after.sum("fleetwave_sync_step_seconds_count", `step="`+step+`"`) <= before.sum("fleetwave_sync_step_seconds_count", `step="`+step+`"`) {
 			t.Errorf("sync step %s was not timed", step)
 		}

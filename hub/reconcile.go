@@ -237,7 +237,8 @@ func changedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
 // pushStep plans and starts the BRCs a push changed, beside the reconcile
 // loop, which may be planning the whole fleet: from the observations of
 // their nodes alone, so a push reaches its first node in the time of its
-// own plan. The whole plan that follows plans them again: the engine takes
+// own plan, which runs beside the next push's (up to pushPlans at once).
+// The whole plan that follows plans them again: the engine takes
 // the same event once (the second joins it with nothing new). A BRC whose
 // new generation waits for its quiescence_seconds, or a commit that changes
 // more than BRCs, is left to the reconcile loop.
@@ -260,6 +261,29 @@ func (h *Hub) pushStep(ctx context.Context) {
 	if len(changed) == 0 {
 		return
 	}
+	plan := func(ctx context.Context) { h.planPush(ctx, fence, snap, changed, asked) }
+	select {
+	case h.pushSlots <- struct{}{}:
+		// beside the loop: the next push's plan does not wait for this
+		// one's creation (25 s for 100,000 items); the engine refuses an
+		// older generation created after a newer one
+		h.pushing.Go(func() {
+			defer func() { <-h.pushSlots }()
+			h.runStep(ctx, plan)
+		})
+	default:
+		plan(ctx) // every slot taken: this push waits its turn
+	}
+}
+
+// pushPlans is how many push plans run at once beside the push loop: a
+// push arriving while they all run is planned by the loop itself, after
+// them.
+const pushPlans = 4
+
+// planPush is the plan and creation of the BRCs changed of one push
+// (pushStep); asked is when the sync asked for it (Unix nanoseconds).
+func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
 	start := time.Now()
 	laps := &stepLaps{last: start}
 	if asked != 0 {
@@ -269,7 +293,7 @@ func (h *Hub) pushStep(ctx context.Context) {
 		took := time.Since(start)
 		h.metrics.reconcileSecs.Observe(took.Seconds())
 		ev := h.log.Debug()
-		if took >= slowSync {
+		if took+laps.total("wait") >= slowSync {
 			ev = h.log.Warn() // seen by a hub logging at warn: what held a push back
 		}
 		ev.Str("commit", snap.Commit).Int("brcs", len(changed)).Int64("took_ms", took.Milliseconds()).Func(laps.fields).Msg("push planned")
@@ -391,6 +415,9 @@ func (h *Hub) createRollout(ctx context.Context, fence int64, spec fleetwave.Rol
 }
 
 func (h *Hub) create(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (engine.CreateResult, bool) {
+	if h.beforeCreate != nil {
+		h.beforeCreate(spec)
+	}
 	r, err := h.eng.CreateRolloutResult(ctx, fence, spec)
 	if err != nil {
 		h.log.Warn().Err(err).Str("brc", spec.Source.Object.Name()).Msg("create rollout")

@@ -155,6 +155,17 @@ func (l *stepLaps) lap(step string) {
 	l.last = now
 }
 
+// total is the time step took (0 when it was not timed).
+func (l *stepLaps) total(step string) time.Duration {
+	var d time.Duration
+	for _, s := range l.steps {
+		if s.step == step {
+			d += s.took
+		}
+	}
+	return d
+}
+
 // fields adds each step's milliseconds to a log line (<step>_ms).
 func (l *stepLaps) fields(e *zerolog.Event) {
 	for _, s := range l.steps {

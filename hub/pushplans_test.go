@@ -1,0 +1,109 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/schema"
+)
+
+// TestAPushIsPlannedBesideASlowerOne: the plan of a push whose creation
+// takes long (a rollout of 100,000 items: 25 s) does not hold the next
+// push's: BRC b's rollout is created while a's creation waits, on a real
+// engine and mirror.
+func TestAPushIsPlannedBesideASlowerOne(t *testing.T) {
+	url := gittest.NewRemote(t, map[string]string{
+		"fleetwave.cue":  "kind: \"config\"\nname: \"fleetwave\"\n",
+		"blocks/web.cue": "kind: \"block\"\nname: \"web\"\nactions: {\n\tinstall: command: \"true\"\n\tupgrade: command: \"true\"\n}\n",
+		"nodes/n1.cue":   "kind: \"node\"\nname: \"n1\"\n",
+		"nodes/n2.cue":   "kind: \"node\"\nname: \"n2\"\n",
+	})
+	h, clk, _ := statusHub(t, url)
+	h.sent = sentItems{ttl: time.Minute}
+	h.pushSlots, h.pushNow = make(chan struct{}, pushPlans), make(chan struct{}, 1)
+	ctx := context.Background()
+	for _, n := range []string{"n1", "n2"} {
+		if err := h.eng.Report(ctx, fleetwave.Report{Node: n, SentAt: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := schema.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func() {
+		t.Helper()
+		head, _, err := h.repo.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, verr, err := loadAt(ctx, h.repo, wholeLoad(v), head, nil)
+		if err != nil || verr != nil {
+			t.Fatalf("load %s: %v %v", head, err, verr)
+		}
+		h.mu.Lock()
+		h.snapshot = snap
+		h.mu.Unlock()
+	}
+	brc := func(name, node string) map[string]string {
+		return map[string]string{"brc/" + name + ".cue": "kind: \"trigger\"\nname: \"" + name + "\"\nblock_name: \"web\"\ntarget_version: \"1\"\nnodes: [\"" + node + "\"]\n"}
+	}
+	load()
+	h.pushed = h.snapshot
+
+	release, held := make(chan struct{}), make(chan struct{})
+	h.beforeCreate = func(spec fleetwave.RolloutSpec) {
+		if spec.Source.Object.Name() == "a" {
+			close(held)
+			<-release
+		}
+	}
+	released := false
+	loopCtx, stop := context.WithCancel(ctx)
+	looped := make(chan struct{})
+	go func() { // the push loop, as Run runs it
+		h.loop(loopCtx, time.Hour, h.pushNow, h.pushStep)
+		close(looped)
+	}()
+	defer func() {
+		if !released {
+			close(release)
+		}
+		stop()
+		<-looped
+		h.pushing.Wait()
+	}()
+	gittest.Push(t, url, brc("a", "n1"), nil, "Roll out a")
+	load()
+	aID := fmt.Sprintf("a-g%d", h.snapshot.Generation("trigger/a"))
+	h.kick(h.pushNow)
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's rollout was never handed to the engine")
+	}
+	gittest.Push(t, url, brc("b", "n2"), nil, "Roll out b")
+	load()
+	bID := fmt.Sprintf("b-g%d", h.snapshot.Generation("trigger/b"))
+	h.kick(h.pushNow)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r, err := h.eng.RolloutRecord(ctx, bID); err == nil && r.ID == bID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's rollout waited for a's creation")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
+	released = true
+	h.pushing.Wait()
+	if r, err := h.eng.RolloutRecord(ctx, aID); err != nil || r.ID != aID {
+		t.Fatalf("a's rollout once released: %+v, %v", r, err)
+	}
+}
