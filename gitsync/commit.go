@@ -267,7 +267,7 @@ func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, 
 		r.beforeEdit()
 	}
 	ov, base := st.ov, st.base
-	ov.base = lockedObjects{r: r, base: ov.base}
+	ov.base = lockedObjects{r: r, op: "buildStatusObjects: read object"}
 	ed := &treeEditor{s: ov, read: func(h plumbing.Hash) (*object.Tree, error) {
 		if t := r.kept[h]; t != nil {
 			return t, nil

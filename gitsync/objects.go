@@ -555,12 +555,12 @@ func regularFile(p string) bool {
 }
 
 // lockedObjects reads the mirror's objects for work done without mu (a
-// status commit's trees): each read takes mu and returns the object
-// whole, in memory, since go-git's objects read their pack lazily. It
-// stores nothing.
+// status commit's trees, a compaction's deltas): each read takes mu, as
+// op, and returns the object whole, in memory, since go-git's objects
+// read their pack lazily. It stores nothing.
 type lockedObjects struct {
-	r    *Repo
-	base storer.EncodedObjectStorer
+	r  *Repo
+	op string
 }
 
 var _ storer.EncodedObjectStorer = lockedObjects{}
@@ -571,12 +571,21 @@ func (l lockedObjects) SetEncodedObject(plumbing.EncodedObject) (plumbing.Hash, 
 	return plumbing.ZeroHash, errors.New("the mirror is read without its lock here: objects are written to an overlay")
 }
 
-func (l lockedObjects) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	defer l.r.lock("read object")()
+// storer returns the mirror's object store; the caller holds mu.
+func (l lockedObjects) storer() (storer.EncodedObjectStorer, error) {
 	if err := l.r.usable(); err != nil {
 		return nil, err
 	}
-	obj, err := l.base.EncodedObject(t, h)
+	return l.r.repo.Storer, nil
+}
+
+func (l lockedObjects) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	defer l.r.lock(l.op)()
+	s, err := l.storer()
+	if err != nil {
+		return nil, err
+	}
+	obj, err := s.EncodedObject(t, h)
 	if err != nil {
 		return nil, err
 	}
@@ -588,19 +597,21 @@ func (l lockedObjects) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedOb
 }
 
 func (l lockedObjects) HasEncodedObject(h plumbing.Hash) error {
-	defer l.r.lock("read object")()
-	if err := l.r.usable(); err != nil {
+	defer l.r.lock(l.op)()
+	s, err := l.storer()
+	if err != nil {
 		return err
 	}
-	return l.base.HasEncodedObject(h)
+	return s.HasEncodedObject(h)
 }
 
 func (l lockedObjects) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	defer l.r.lock("read object")()
-	if err := l.r.usable(); err != nil {
+	defer l.r.lock(l.op)()
+	s, err := l.storer()
+	if err != nil {
 		return 0, err
 	}
-	return l.base.EncodedObjectSize(h)
+	return s.EncodedObjectSize(h)
 }
 
 func (l lockedObjects) AddAlternate(string) error {

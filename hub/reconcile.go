@@ -285,10 +285,7 @@ const pushPlans = 4
 // (pushStep); asked is when the sync asked for it (Unix nanoseconds).
 func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
 	start := time.Now()
-	laps := &stepLaps{last: start}
-	if asked != 0 {
-		laps.add("wait", start.Sub(time.Unix(0, asked)))
-	}
+	laps := startLaps(start, asked)
 	defer func() {
 		took := time.Since(start)
 		h.metrics.reconcileSecs.Observe(took.Seconds())

@@ -24,10 +24,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	laps := &stepLaps{last: start}
-	if asked != 0 {
-		laps.add("wait", start.Sub(time.Unix(0, asked)))
-	}
+	laps := startLaps(start, asked)
 	head, _, err := h.repo.Fetch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -136,6 +133,17 @@ type stepLaps struct {
 type stepLap struct {
 	step string
 	took time.Duration
+}
+
+// startLaps starts the laps of a step begun at start, asked for at asked
+// (Unix nanoseconds; 0 when nothing asked, as for a poll): its first lap
+// is the wait between the two.
+func startLaps(start time.Time, asked int64) *stepLaps {
+	l := &stepLaps{last: start}
+	if asked != 0 {
+		l.add("wait", start.Sub(time.Unix(0, asked)))
+	}
+	return l
 }
 
 // add records step as having taken took.
