@@ -85,6 +85,13 @@ func TestWriteStatusOverwritesHumanEdits(t *testing.T) {
 	if _, ok := gittest.ReadFile(t, url, "nodes/b.json"); !ok {
 		t.Fatal("the person's object change was lost")
 	}
+	var steps []string
+	for _, s := range res.Steps {
+		steps = append(steps, s.Name)
+	}
+	if want := []string{"fetch", "edit", "encode", "store", "push", "record"}; !slices.Equal(steps, want) {
+		t.Errorf("steps of the write = %v, want %v", steps, want)
+	}
 	if !strings.Contains(logs.String(), `"path":"status/summary.yaml"`) || !strings.Contains(logs.String(), "human edit under status/ overwritten") {
 		t.Fatalf("no warning naming the path: %s", logs.String())
 	}

@@ -85,10 +85,11 @@ func TestLogLinesAreJSONWithEachKeyOnce(t *testing.T) {
 		}
 		if msg, ok := fields["message"].(string); ok {
 			messages[msg] = true
-			// the steps of a sync and of a push's plan are timed
+			// the steps of a sync, of a push's plan and of a status write are timed
 			for step, keys := range map[string][]string{
 				"snapshot applied": {"fetch_ms", "read_ms", "validate_ms", "generations_ms", "took_ms", "commit"},
 				"push planned":     {"scope_ms", "observe_ms", "plan_ms", "create_ms", "took_ms", "commit"},
+				"status committed": {"read_ms", "nodes_ms", "fetch_ms", "edit_ms", "encode_ms", "push_ms", "took_ms", "commit"},
 			} {
 				for _, k := range keys {
 					if _, ok := fields[k]; msg == step && !ok {
@@ -125,7 +126,7 @@ func TestLogLinesAreJSONWithEachKeyOnce(t *testing.T) {
 			t.Errorf("unknown component %q", c)
 		}
 	}
-	for _, m := range []string{"attempt finished", "attempt result", "snapshot applied", "commit rejected", "hub stopped", "agent stopped"} {
+	for _, m := range []string{"attempt finished", "attempt result", "snapshot applied", "status committed", "commit rejected", "hub stopped", "agent stopped"} {
 		if !messages[m] {
 			t.Errorf("no line %q", m)
 		}

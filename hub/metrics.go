@@ -25,6 +25,7 @@ type metrics struct {
 	reg             *prometheus.Registry
 	syncSeconds     prometheus.Histogram
 	syncStepSecs    *prometheus.HistogramVec
+	statusStepSecs  *prometheus.HistogramVec
 	reconcileSecs   prometheus.Histogram
 	leader          prometheus.Gauge
 	leaseLost       prometheus.Counter
@@ -52,6 +53,9 @@ func newMetrics(h *Hub) *metrics {
 			Help: "Time to fetch, validate and apply a new commit.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		syncStepSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_sync_step_seconds",
 			Help:    "Time of each step of a sync of a new commit (wait, fetch, read, validate, generations, signers, records, approvals).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"step"}),
+		statusStepSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_status_step_seconds",
+			Help:    "Time of each step of a status write (read, engine, rollouts, summary, nodes, fetch, edit, encode, store, push, record, ack).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"step"}),
 		reconcileSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_reconcile_seconds",
 			Help: "Time to plan the fleet and hand rollouts to the engine.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
@@ -83,7 +87,7 @@ func newMetrics(h *Hub) *metrics {
 		m.refused.WithLabelValues(c)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.syncSeconds, m.syncStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
+		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
 		m.statusRolloutReads, &itemsCollector{h: h},
 		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused,
 		&fleetCollector{h: h})
@@ -97,6 +101,16 @@ func (m *metrics) syncSteps(l *stepLaps) {
 	}
 	for _, s := range l.steps {
 		m.syncStepSecs.WithLabelValues(s.step).Observe(s.took.Seconds())
+	}
+}
+
+// statusSteps records the steps of one status write.
+func (m *metrics) statusSteps(l *stepLaps) {
+	if m == nil {
+		return
+	}
+	for _, s := range l.steps {
+		m.statusStepSecs.WithLabelValues(s.step).Observe(s.took.Seconds())
 	}
 }
 

@@ -286,6 +286,12 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 			t.Errorf("sync step %s was not timed", step)
 		}
 	}
+	// each step of a status write that landed a commit was timed
+	for _, step := range []string{"read", "engine", "rollouts", "summary", "nodes", "fetch", "edit", "encode", "store", "push", "record", "ack"} {
+		if after.sum("fleetwave_status_step_seconds_count", `step="`+step+`"`) <= before.sum("fleetwave_status_step_seconds_count", `step="`+step+`"`) {
+			t.Errorf("status step %s was not timed", step)
+		}
+	}
 	// no node, rollout, item or attempt id is a label value
 	for k := range after {
 		for _, id := range []string{`"n1"`, `"n2"`, `"n3"`, `"n4"`, `"db-g1"`, `"db-g1.`, `"slow"`} {

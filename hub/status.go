@@ -42,6 +42,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	// what Git says was handled must be known before this write, which
 	// could otherwise drop it after Redis lost its data
+	laps := startLaps(time.Now(), 0)
 	h.loadGitRecords(ctx, fence)
 	// The outbox names the rollouts whose items changed since the last
 	// write; they are acknowledged once the commit carrying them landed.
@@ -54,7 +55,8 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, ev := range events {
 		changed[ev.Rollout] = true
 	}
-	b, err := h.statusFiles(ctx, changed)
+	laps.lap("read")
+	b, err := h.statusFiles(ctx, changed, laps)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -71,6 +73,10 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	commitStart := time.Now()
 	res, err := h.repo.WriteStatus(ctx, b.files, gitsync.StatusMessage(b.subject, "", trailers...))
+	for _, s := range res.Steps {
+		laps.add(s.Name, s.Took)
+	}
+	laps.last = time.Now()
 	if errors.Is(err, gitsync.ErrStaleFence) {
 		// a newer leader wrote status: this hub must not write over it.
 		// Usually its lease is gone already (paused, partitioned); when its
@@ -146,11 +152,23 @@ func (h *Hub) statusStep(ctx context.Context) {
 	h.mu.Lock()
 	h.statusMark = mark
 	h.mu.Unlock()
+	laps.lap("ack")
+	h.metrics.statusSteps(laps)
 	if commit != "" {
-		h.log.Info().Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Msg("status committed")
+		took := time.Since(laps.start)
+		ev := h.log.Info()
+		if took >= slowStatus {
+			ev = h.log.Warn()
+		}
+		laps.fields(ev)
+		ev.Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
+			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
 	}
 }
+
+// slowStatus is how long a status write (read, build, commit) may take
+// before its "status committed" line, with its steps, goes to warn.
+const slowStatus = time.Second
 
 // maxOutboxBatch bounds the outbox events one status write delivers.
 const maxOutboxBatch = 10_000
@@ -226,7 +244,7 @@ func (h *Hub) keepRendered(files map[string][]byte, path string) bool {
 // The document of a finished rollout is left out (the committed file stays)
 // once a landed commit holds its final state, unless the outbox names it
 // again (changed); finished lists the finished rollouts written this time.
-func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusBatch, error) {
+func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *stepLaps) (statusBatch, error) {
 	var (
 		files                          = map[string][]byte{}
 		subject, rolloutID, generation string
@@ -247,6 +265,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 	h.mu.Lock()
 	snap, syncState := h.snapshot, h.sync
 	h.mu.Unlock()
+	laps.lap("engine")
 
 	var lines []status.RolloutLine
 	// the items that wait on each node (pending, ambiguous), with why
@@ -334,6 +353,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 			finished = append(finished, r.ID)
 		}
 	}
+	laps.lap("rollouts")
 	sort.Slice(lines, func(i, j int) bool { return lines[i].ID < lines[j].ID })
 	if newest != nil {
 		c := newest.Counters
@@ -449,6 +469,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		return statusBatch{}, fmt.Errorf("summary: %w", err)
 	}
 	files[status.SummaryPath] = doc
+	laps.lap("summary")
 
 	nodes := map[string]bool{}
 	for id := range obs {
@@ -542,6 +563,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool) (statusB
 		}
 	}
 	h.nodeInputs, h.partItems = inputs, partItems
+	laps.lap("nodes")
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
 		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt}, nil
 }

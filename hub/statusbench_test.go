@@ -77,7 +77,7 @@ func benchStatusWrite(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 	write := func() {
-		sb, err := h.statusFiles(ctx, map[string]bool{id: true})
+		sb, err := h.statusFiles(ctx, map[string]bool{id: true}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -36,7 +36,7 @@ func TestGenerationMarksHaveTheirOwnDocument(t *testing.T) {
 	// write builds a status write and commits it, as statusStep does
 	write := func(step string) map[string][]byte {
 		t.Helper()
-		b, err := h.statusFiles(ctx, nil)
+		b, err := h.statusFiles(ctx, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}

@@ -49,7 +49,7 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 	committed := map[string][]byte{} // the node documents written so far
 	write := func(step string) (built []string) {
 		t.Helper()
-		b, err := h.statusFiles(ctx, nil)
+		b, err := h.statusFiles(ctx, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
@@ -65,7 +65,7 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 		// a hub that kept nothing builds every document: the same bytes
 		rendered, inputs := h.rendered, h.nodeInputs
 		h.rendered, h.nodeInputs = map[string]*renderedDoc{}, nil
-		fresh, err := h.statusFiles(ctx, nil)
+		fresh, err := h.statusFiles(ctx, nil, nil)
 		h.rendered, h.nodeInputs = rendered, inputs
 		if err != nil {
 			t.Fatalf("%s, built afresh: %v", step, err)

@@ -36,7 +36,7 @@ func TestRolloutPartsBuiltOnlyWhenTheirItemsChanged(t *testing.T) {
 	committed := map[string][]byte{} // the parts written so far
 	write := func(step string) (built []string) {
 		t.Helper()
-		b, err := h.statusFiles(ctx, map[string]bool{id: true})
+		b, err := h.statusFiles(ctx, map[string]bool{id: true}, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
@@ -51,7 +51,7 @@ func TestRolloutPartsBuiltOnlyWhenTheirItemsChanged(t *testing.T) {
 		// a hub that kept nothing builds every part: the same bytes
 		rendered, inputs, parts := h.rendered, h.nodeInputs, h.partItems
 		h.rendered, h.nodeInputs, h.partItems = map[string]*renderedDoc{}, nil, nil
-		fresh, err := h.statusFiles(ctx, map[string]bool{id: true})
+		fresh, err := h.statusFiles(ctx, map[string]bool{id: true}, nil)
 		h.rendered, h.nodeInputs, h.partItems = rendered, inputs, parts
 		if err != nil {
 			t.Fatalf("%s, built afresh: %v", step, err)

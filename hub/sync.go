@@ -124,10 +124,13 @@ func (h *Hub) askSync() {
 // wait (from the push noticed to the sync started), fetch, read (the
 // commit's files), validate, generations, signers, records and approvals:
 // they go to fleetwave_sync_step_seconds and to the "snapshot applied"
-// line. The push step's go to its "push planned" line.
+// line. The push step's go to its "push planned" line; a status write's
+// (read, engine, rollouts, summary, nodes, then the commit's fetch, edit,
+// encode, store, push, record, and ack) to
+// fleetwave_status_step_seconds and its "status committed" line.
 type stepLaps struct {
-	last  time.Time
-	steps []stepLap
+	start, last time.Time
+	steps       []stepLap
 }
 
 type stepLap struct {
@@ -139,7 +142,7 @@ type stepLap struct {
 // (Unix nanoseconds; 0 when nothing asked, as for a poll): its first lap
 // is the wait between the two.
 func startLaps(start time.Time, asked int64) *stepLaps {
-	l := &stepLaps{last: start}
+	l := &stepLaps{start: start, last: start}
 	if asked != 0 {
 		l.add("wait", start.Sub(time.Unix(0, asked)))
 	}
