@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +30,54 @@ func TestPacerSpacesStepsAskedForBySoon(t *testing.T) {
 
 // TestStatusWritesAreSpacedByTheirOwnDuration: results are written at
 // most every status.interval, and no sooner than the last write took.
+// TestTicksWaitForTheSpacing: a paced loop whose steps take longer than its
+// interval runs them spaced by their duration, not back to back because a
+// tick was waiting when a step ended. (Only lower bounds on the gaps are
+// asserted: a loaded machine makes them longer, never shorter.)
+func TestTicksWaitForTheSpacing(t *testing.T) {
+	const took = 40 * time.Millisecond
+	var mu sync.Mutex
+	var starts, ends []time.Time
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := &Hub{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.runPaced(ctx, pacedLoop{every: 5 * time.Millisecond, spacing: func(d time.Duration) time.Duration { return d },
+			now: make(chan struct{}), soon: make(chan struct{}), step: func(context.Context) {
+				mu.Lock()
+				starts = append(starts, time.Now())
+				mu.Unlock()
+				time.Sleep(took)
+				mu.Lock()
+				ends = append(ends, time.Now())
+				mu.Unlock()
+			}})
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(ends)
+		mu.Unlock()
+		if n >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d steps in 10s with an interval of 5ms", n)
+		}
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(ends); i++ {
+		gap := starts[i].Sub(ends[i-1])
+		if steps := ends[i-1].Sub(starts[i-1]); gap < steps-2*time.Millisecond {
+			t.Fatalf("step %d started %v after the previous one ended, which took %v: the ticks ran it back to back", i, gap, steps)
+		}
+	}
+}
+
 func TestStatusWritesAreSpacedByTheirOwnDuration(t *testing.T) {
 	h := &Hub{cfg: Config{Status: StatusConfig{Interval: Duration(2 * time.Second)}}}
 	for took, want := range map[time.Duration]time.Duration{
