@@ -78,6 +78,31 @@ func TestObservationsDecodedOnceStayCurrent(t *testing.T) {
 		if got, want := len(h.e.obs.nodes), 2; got != want {
 			t.Fatalf("%d nodes kept decoded, want %d", got, want)
 		}
+
+		// the shared reports are what a copy says, and a later change
+		// replaces them rather than changing what a caller holds
+		shared, err := h.e.ObservationsShared(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obs = read(); !reflect.DeepEqual(shared, obs) {
+			t.Fatalf("shared observations %+v, copied %+v", shared, obs)
+		}
+		h.clk.Advance(1)
+		report(other, "n1", "3.0")
+		again, err := h.e.ObservationsShared(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := again["n1"].Instances[0].Version; v != "3.0" {
+			t.Fatalf("n1 shared after its new report: %+v", again["n1"])
+		}
+		if v := shared["n1"].Instances[0].Version; v != "2.0" || len(shared["n1"].Capabilities) != 2 {
+			t.Fatalf("a report held from an earlier shared read changed under its caller: %+v", shared["n1"])
+		}
+		if again["n2"] != shared["n2"] {
+			t.Fatal("n2, unchanged, was copied for a shared read")
+		}
 	})
 }
 

@@ -69,7 +69,7 @@ func newMetrics(h *Hub) *metrics {
 		leaseAcquired: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_lease_acquired_total", Help: "Leader leases acquired by this hub."}),
 		fence:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetwave_lease_fence", Help: "Fencing token of the lease this hub holds (0 when it does not lead)."}),
 		statusSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_status_commit_seconds",
-			Help: "Time to build and push a status commit that landed.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+			Help: "Time of a status write that landed a commit: reading the engine, building the documents, committing and pushing them.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		dispatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_dispatch_seconds",
 			Help: "Time of one engine step: expire deadlines, start due retries and waves (dispatch).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetwave_attempt_results_total",

@@ -71,7 +71,6 @@ func (h *Hub) statusStep(ctx context.Context) {
 	if b.generation != "" {
 		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerGeneration, Value: b.generation})
 	}
-	commitStart := time.Now()
 	res, err := h.repo.WriteStatus(ctx, b.files, gitsync.StatusMessage(b.subject, "", trailers...))
 	for _, s := range res.Steps {
 		laps.add(s.Name, s.Took)
@@ -96,7 +95,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	commit := res.Commit
 	if commit != "" {
-		h.metrics.statusCommitted(commitStart)
+		h.metrics.statusCommitted(laps.start) // the whole write: its documents' build included
 	}
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
@@ -258,7 +257,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 	if err != nil {
 		return statusBatch{}, err
 	}
-	obs, err := h.eng.Observations(ctx)
+	// read only: the reports are the engine's own (ObservationsShared)
+	obs, err := h.eng.ObservationsShared(ctx)
 	if err != nil {
 		return statusBatch{}, err
 	}
@@ -471,15 +471,6 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 	files[status.SummaryPath] = doc
 	laps.lap("summary")
 
-	nodes := map[string]bool{}
-	for id := range obs {
-		nodes[id] = true
-	}
-	if snap != nil {
-		for id := range snap.Nodes {
-			nodes[id] = true
-		}
-	}
 	versions := h.history.of(nil)
 	heldByNode := map[string][]status.Held{}
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
@@ -491,19 +482,47 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 	}
 	// kept only once every document is built: a build that fails part
 	// way leaves documents newer than what the kept inputs say
-	last := h.nodeInputs
+	// way leaves documents newer than what the kept inputs say. They are
+	// updated in place: at 100,000 nodes, building a new map of them and
+	// every node's instances for each write cost more than the documents
+	// a write changes.
+	inputs := h.nodeInputs
 	h.nodeInputs = nil
-	inputs := make(map[string]nodeInputs, len(nodes))
+	if inputs == nil {
+		inputs = make(map[string]nodeInputs, len(obs))
+	}
 	var built []string
+	seen := 0
+	// the observed nodes, then the others the snapshot lists
+	nodes := func(yield func(string) bool) {
+		for id := range obs {
+			if !yield(id) {
+				return
+			}
+		}
+		if snap != nil {
+			for id := range snap.Nodes {
+				if obs[id] == nil && !yield(id) {
+					return
+				}
+			}
+		}
+	}
 	for node := range nodes {
+		seen++
+		last, had := inputs[node]
 		in := nodeInputs{drift: driftByNode[node], hist: versions[node], waiting: waitingByNode[node], held: heldByNode[node]}
 		if r := obs[node]; r != nil {
 			in.reported, in.agentVersion, in.capabilities = true, r.AgentVersion, r.Capabilities
-			for _, is := range r.Instances { // nil when none: the document says null
-				in.instances = append(in.instances, status.Instance{Block: is.Block, Version: is.Version, ConfigHash: is.ConfigHash,
-					Generation: is.Generation, State: is.State, ManagedBy: is.ManagedBy})
+			if had && sameInstances(last.instances, r.Instances) {
+				in.instances = last.instances
+			} else {
+				for _, is := range r.Instances { // nil when none: the document says null
+					in.instances = append(in.instances, status.Instance{Block: is.Block, Version: is.Version, ConfigHash: is.ConfigHash,
+						Generation: is.Generation, State: is.State, ManagedBy: is.ManagedBy})
+				}
+				sort.Slice(in.instances, func(i, j int) bool { return in.instances[i].Block < in.instances[j].Block })
 			}
-			sort.Slice(in.instances, func(i, j int) bool { return in.instances[i].Block < in.instances[j].Block })
 		}
 		if snap != nil {
 			in.known = true
@@ -517,15 +536,15 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 		if hl := in.held; len(hl) > 1 {
 			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].BRC < hl[j].Block+hl[j].BRC })
 		}
-		inputs[node] = in
 		path := status.NodePath(node)
-		if prev, ok := last[node]; ok && h.rendered[path] != nil && in.same(prev) {
+		if had && h.rendered[path] != nil && in.same(last) {
 			// built from what the document was built from last time
 			if h.keepRendered(files, path) {
 				rendered = append(rendered, path)
 			}
 			continue
 		}
+		inputs[node] = in
 		built = append(built, node)
 		ns := status.Node{Node: node, Instances: []status.Instance{}}
 		if in.reported {
@@ -562,6 +581,13 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 			rendered = append(rendered, path)
 		}
 	}
+	if len(inputs) > seen { // nodes neither observed nor listed any longer
+		for id := range inputs {
+			if obs[id] == nil && (snap == nil || snap.Nodes[id] == nil) {
+				delete(inputs, id)
+			}
+		}
+	}
 	h.nodeInputs, h.partItems = inputs, partItems
 	laps.lap("nodes")
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
@@ -585,6 +611,22 @@ type nodeInputs struct {
 	hist                     map[string][]string
 	waiting                  []status.WaitingItem
 	held                     []status.Held
+}
+
+// sameInstances says whether the instances of a node's document (sorted by
+// block) are those observed, in the order observed.
+func sameInstances(doc []status.Instance, obs []fleetwave.InstanceStatus) bool {
+	if len(doc) != len(obs) {
+		return false
+	}
+	for i, is := range obs {
+		d := doc[i]
+		if d.Block != is.Block || d.Version != is.Version || d.ConfigHash != is.ConfigHash || d.Generation != is.Generation ||
+			d.State != is.State || d.ManagedBy != is.ManagedBy {
+			return false
+		}
+	}
+	return true
 }
 
 func (a nodeInputs) same(b nodeInputs) bool {
