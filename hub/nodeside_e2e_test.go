@@ -240,7 +240,20 @@ actions: {
 	runNodeAgent(t, url, "n1", f.stateDir("n1"), shuffle, addr("n1"), log)
 	runNodeAgent(t, url, "n2", f.stateDir("n2"), shuffle, addr("n2"), log)
 	n3 := runNodeAgent(t, url, "n3", f.stateDir("n3"), nil, addr("n3"), log)
-	f.waitRollout(t, "job-g1", fleetwave.RolloutCompleted)
+	// job installed on the three nodes: the agents register one by one,
+	// and a node whose install is still pending or running would sit out
+	// the request below (its instance busy), not be refused with it
+	waitItems(t, f, "job-g1", "job installed on the three nodes", func(r fleetwave.Rollout, items []fleetwave.Item) bool {
+		if r.Status != fleetwave.RolloutCompleted || len(items) != len(nodes) {
+			return false
+		}
+		for _, it := range items {
+			if it.Status != fleetwave.ItemCompleted {
+				return false
+			}
+		}
+		return true
+	})
 
 	shuffles := func() []string {
 		var out []string
