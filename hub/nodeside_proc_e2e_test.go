@@ -239,9 +239,20 @@ actions: {
 		pn[n].writeConfig(t, caps, addr(n))
 		procs[n] = pn[n].start(t)
 	}
-	upgWait(t, procs, "job-g1 completed", func() bool {
-		r, _, err := f.hub.Engine().Rollout(ctx, "job-g1")
-		return err == nil && r.Status == fleetwave.RolloutCompleted
+	// job installed on the three nodes: the agents register one by one, and
+	// a node whose install is still pending or running would sit out the
+	// shuffle request below (its instance busy), not be refused with it
+	upgWait(t, procs, "job-g1 completed on the three nodes", func() bool {
+		r, items, err := f.hub.Engine().Rollout(ctx, "job-g1")
+		if err != nil || r.Status != fleetwave.RolloutCompleted || len(items) != len(nodes) {
+			return false
+		}
+		for _, it := range items {
+			if it.Status != fleetwave.ItemCompleted {
+				return false
+			}
+		}
+		return true
 	})
 	// the rollout may complete before every agent registered: wait for
 	// each node's report, then check the address it carries
