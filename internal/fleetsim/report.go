@@ -178,7 +178,7 @@ func Rows(results []Result) []Row {
 		{Name: "  per wave (median): first -> last attempt received", Values: wave(func(w Waves) time.Duration { return w.Spread }), Unit: unitDuration},
 		{Name: "  per wave (median): first received -> last result answered, less the action", Values: wave(func(w Waves) time.Duration { return w.Tail }), Unit: unitDuration, Signed: true},
 		{Name: "  per wave (median): last result answered -> next wave's first received", Values: wave(func(w Waves) time.Duration { return w.Gap }), Unit: unitDuration, Signed: true},
-		{Name: "status commit, mean", Values: dur(func(r Result) time.Duration { return r.StatusMean }), Unit: unitDuration},
+		{Name: "status commit (documents built, committed, pushed), mean", Values: dur(func(r Result) time.Duration { return r.StatusMean }), Unit: unitDuration},
 		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
 			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},
 		{Name: "hub peak RSS", Values: col(func(r Result) float64 { return float64(r.HubRSSPeak) }), Unit: unitBytes, Target: 1 << 30, HasTarget: true},
