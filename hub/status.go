@@ -481,7 +481,6 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 		driftByNode[d.Node] = append(driftByNode[d.Node], d)
 	}
 	// kept only once every document is built: a build that fails part
-	// way leaves documents newer than what the kept inputs say
 	// way leaves documents newer than what the kept inputs say. They are
 	// updated in place: at 100,000 nodes, building a new map of them and
 	// every node's instances for each write cost more than the documents
