@@ -21,6 +21,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/laps"
 )
 
 const (
@@ -71,36 +72,7 @@ type StatusResult struct {
 }
 
 // Step is the time one named step of a call took.
-type Step struct {
-	Name string
-	Took time.Duration
-}
-
-// steps times a call's steps in order; a step timed twice (a retried
-// push) adds up.
-type steps struct {
-	last time.Time
-	list []Step
-}
-
-func startSteps() *steps { return &steps{last: time.Now()} }
-
-// lap records name as having taken the time since the previous lap.
-func (s *steps) lap(name string) {
-	if s == nil {
-		return
-	}
-	now := time.Now()
-	took := now.Sub(s.last)
-	s.last = now
-	for i := range s.list {
-		if s.list[i].Name == name {
-			s.list[i].Took += took
-			return
-		}
-	}
-	s.list = append(s.list, Step{name, took})
-}
+type Step = laps.Step
 
 // checkFence refuses a message whose fence trailer is below the newest
 // fence trailer on base's first-parent history (ownCommitSearch commits).
@@ -162,14 +134,14 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 	r.statusMu.Lock()
 	defer r.statusMu.Unlock()
 	branchRef := plumbing.NewBranchReferenceName(r.StatusBranch())
-	laps := startSteps()
+	steps := laps.Begin(time.Now())
 	for attempt := 1; ; attempt++ {
-		b, err := r.buildStatus(ctx, edits, message, laps)
+		b, err := r.buildStatus(ctx, edits, message, steps)
 		if err != nil {
 			return StatusResult{}, err
 		}
 		if b == nil {
-			return StatusResult{Attempts: attempt, Steps: laps.list}, nil
+			return StatusResult{Attempts: attempt, Steps: steps.Steps}, nil
 		}
 		if r.beforePush != nil {
 			r.beforePush(attempt)
@@ -181,12 +153,12 @@ func (r *Repo) WriteStatus(ctx context.Context, files map[string][]byte, message
 		pctx, cancel := transportContext(ctx)
 		err = r.pushPack(pctx, branchRef, b.lease, b.commit, b.pack)
 		cancel()
-		laps.lap("push")
+		steps.Lap("push")
 		if err == nil {
 			res, err := r.statusPushed(branchRef, b, attempt)
 			r.maybeCompact()
-			laps.lap("record")
-			res.Steps = laps.list
+			steps.Lap("record")
+			res.Steps = steps.Steps
 			return res, err
 		}
 		if ctx.Err() != nil {
@@ -232,16 +204,16 @@ type statusBuild struct {
 // 100,000 nodes a status commit edits trees of tens of thousands of
 // entries and compresses for a second of CPU, on a loaded hub seconds in
 // which a sync of the tracked branch waited.
-func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message string, laps *steps) (*statusBuild, error) {
-	b, objs, written, err := r.buildStatusObjects(ctx, edits, message, laps)
+func (r *Repo) buildStatus(ctx context.Context, edits map[string][]byte, message string, steps *laps.Laps) (*statusBuild, error) {
+	b, objs, written, err := r.buildStatusObjects(ctx, edits, message, steps)
 	if err != nil || b == nil {
 		return nil, err
 	}
 	if err := objs.encode(); err != nil {
 		return nil, fmt.Errorf("store status objects: %w", err)
 	}
-	laps.lap("encode")
-	defer laps.lap("store")
+	steps.Lap("encode")
+	defer steps.Lap("store")
 	defer r.lock("buildStatus")()
 	if err := r.usable(); err != nil {
 		return nil, err
@@ -302,9 +274,9 @@ func (r *Repo) startStatus(ctx context.Context, edits map[string][]byte, message
 // (lockedObjects); the trees kept from the last status commit are read
 // without it (WriteStatus calls, the only ones to use them, are
 // serialized).
-func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, message string, laps *steps) (*statusBuild, *newObjects, map[plumbing.Hash]*object.Tree, error) {
+func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, message string, steps *laps.Laps) (*statusBuild, *newObjects, map[plumbing.Hash]*object.Tree, error) {
 	st, err := r.startStatus(ctx, edits, message)
-	laps.lap("fetch")
+	steps.Lap("fetch")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -337,7 +309,7 @@ func (r *Repo) buildStatusObjects(ctx context.Context, edits map[string][]byte, 
 		return nil, nil, nil, fmt.Errorf("write status commit: %w", err)
 	}
 	objs := ov.take()
-	laps.lap("edit")
+	steps.Lap("edit")
 	if objs == nil {
 		return nil, nil, nil, errors.New("status commit without a new object")
 	}

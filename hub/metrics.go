@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
+	"github.com/fleetwave/fleetwave/internal/laps"
 )
 
 // metrics are the hub's Prometheus series, served at /metrics beside the
@@ -95,22 +96,22 @@ func newMetrics(h *Hub) *metrics {
 }
 
 // syncSteps records the steps of one sync.
-func (m *metrics) syncSteps(l *stepLaps) {
-	if m == nil {
-		return
-	}
-	for _, s := range l.steps {
-		m.syncStepSecs.WithLabelValues(s.step).Observe(s.took.Seconds())
+func (m *metrics) syncSteps(l *laps.Laps) {
+	if m != nil {
+		observeSteps(m.syncStepSecs, l)
 	}
 }
 
 // statusSteps records the steps of one status write.
-func (m *metrics) statusSteps(l *stepLaps) {
-	if m == nil {
-		return
+func (m *metrics) statusSteps(l *laps.Laps) {
+	if m != nil {
+		observeSteps(m.statusStepSecs, l)
 	}
-	for _, s := range l.steps {
-		m.statusStepSecs.WithLabelValues(s.step).Observe(s.took.Seconds())
+}
+
+func observeSteps(vec *prometheus.HistogramVec, l *laps.Laps) {
+	for _, s := range l.Steps {
+		vec.WithLabelValues(s.Name).Observe(s.Took.Seconds())
 	}
 }
 

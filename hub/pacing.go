@@ -11,13 +11,14 @@ import (
 // of reports and results), no sooner than spacing after the end of the
 // previous step. (The interval's tick used to run at once: a status write
 // of 5 s with an interval of 2 s found a tick waiting when it ended, and
-// the writes ran back to back, a core of a 2-core hub at 100,000 nodes.) At ten thousand nodes reports and results arrive hundreds
-// of times a second: each one used to start a reconcile of the whole fleet
-// or a status commit, back to back, and a push then waited behind them.
+// the writes ran back to back, a core of a 2-core hub at 100,000 nodes.)
+// At ten thousand nodes reports and results arrive hundreds of times a
+// second: each one used to start a reconcile of the whole fleet or a status
+// commit, back to back, and a push then waited behind them.
 type pacedLoop struct {
 	every time.Duration
 	// spacing is the least time between the end of a step and a step
-	// started by soon, given how long that step took.
+	// started by soon or a tick, given how long that step took.
 	spacing func(took time.Duration) time.Duration
 	now     <-chan struct{}
 	soon    <-chan struct{}

@@ -11,12 +11,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/internal/credstore"
+	"github.com/fleetwave/fleetwave/internal/laps"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/schema"
 )
@@ -54,29 +54,6 @@ func openCredentials(cfg Config) (*credstore.Store, error) {
 // (with the time of each phase) is a warning.
 const slowReconcile = 2 * time.Second
 
-// phaseTimes is how long each phase of a step took, in order; last is
-// when the phase running began (set it to the step's start).
-type phaseTimes struct {
-	last  time.Time
-	names []string
-	took  []time.Duration
-}
-
-// mark ends the phase name, begun at the last mark.
-func (p *phaseTimes) mark(name string) {
-	now := time.Now()
-	p.names, p.took = append(p.names, name), append(p.took, now.Sub(p.last))
-	p.last = now
-}
-
-// fields adds each phase's time to ev as <phase>_ms.
-func (p *phaseTimes) fields(ev *zerolog.Event) *zerolog.Event {
-	for i, n := range p.names {
-		ev = ev.Int64(n+"_ms", p.took[i].Milliseconds())
-	}
-	return ev
-}
-
 // reconcileStep plans the snapshot in force against the observations and
 // hands the rollouts to the engine: reconciliation triggers (one event per
 // generation, gathered by quiescence_seconds), due schedules and new
@@ -92,7 +69,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	phases := phaseTimes{last: start}
+	phases := laps.Begin(start)
 	defer func() {
 		took := time.Since(start)
 		h.metrics.reconcileSecs.Observe(took.Seconds())
@@ -101,11 +78,11 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		if took >= slowReconcile {
 			ev = h.log.Warn()
 		}
-		phases.fields(ev.Int64("took_ms", took.Milliseconds())).Str("commit", snap.Commit).Msg("reconcile")
+		ev.Int64("took_ms", took.Milliseconds()).Func(lapFields(phases)).Str("commit", snap.Commit).Msg("reconcile")
 	}()
 	observedAt := h.clock.Now()
 	obs, version, err := h.eng.Observe(ctx)
-	phases.mark("observe")
+	phases.Lap("observe")
 	if err != nil {
 		if ctx.Err() == nil { // not at shutdown
 			h.log.Warn().Err(err).Msg("read observations")
@@ -124,11 +101,11 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		}
 		return
 	}
-	phases.mark("drained")
+	phases.Lap("drained")
 	opts := h.reconcilerOptions()
 	opts.RequireReport = true
 	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
-	phases.mark("plan")
+	phases.Lap("plan")
 	h.mu.Lock()
 	known := map[reconciler.Problem]bool{}
 	for _, p := range h.problems {
@@ -163,12 +140,12 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 			h.createPlanned(ctx, fence, spec)
 		}
 	}
-	phases.mark("create")
+	phases.Lap("create")
 	h.sent.prune(time.Now())
 	h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
-	phases.mark("requests")
+	phases.Lap("requests")
 	h.approvalsStep(ctx, fence, snap, obs, version, opts)
-	phases.mark("approvals")
+	phases.Lap("approvals")
 	h.mu.Lock()
 	h.holds, h.problems, h.gated = plan.Holds, plan.Problems, gated
 	mark := waitsFingerprint(h.gated, h.quiet, h.approvalWaits, h.requestsWaiting)
@@ -285,15 +262,15 @@ const pushPlans = 4
 // (pushStep); asked is when the sync asked for it (Unix nanoseconds).
 func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
 	start := time.Now()
-	laps := startLaps(start, asked)
+	steps := startLaps(start, asked)
 	defer func() {
 		took := time.Since(start)
 		h.metrics.reconcileSecs.Observe(took.Seconds())
 		ev := h.log.Debug()
-		if took+laps.total("wait") >= slowSync {
+		if took+steps.Total("wait") >= slowSync {
 			ev = h.log.Warn() // seen by a hub logging at warn: what held a push back
 		}
-		ev.Str("commit", snap.Commit).Int("brcs", len(changed)).Int64("took_ms", took.Milliseconds()).Func(laps.fields).Msg("push planned")
+		ev.Str("commit", snap.Commit).Int("brcs", len(changed)).Int64("took_ms", took.Milliseconds()).Func(lapFields(steps)).Msg("push planned")
 	}()
 	scope := map[string]bool{}
 	for name := range changed {
@@ -301,7 +278,7 @@ func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapsho
 			scope[id] = true
 		}
 	}
-	laps.lap("scope")
+	steps.Lap("scope")
 	observedAt := h.clock.Now()
 	obs, version, err := h.eng.ObserveNodes(ctx, sortedKeys(scope))
 	if err != nil {
@@ -310,7 +287,7 @@ func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapsho
 		}
 		return
 	}
-	laps.lap("observe")
+	steps.Lap("observe")
 	approvals, err := h.eng.Approvals(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -318,15 +295,15 @@ func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapsho
 		}
 		return
 	}
-	laps.lap("approvals")
+	steps.Lap("approvals")
 	opts := h.reconcilerOptions()
 	opts.RequireReport = true
 	opts.Only = changed
 	plan := reconciler.PlanWith(snap, obs, observedAt, opts)
 	specs, _ := h.gate(snap, plan.WithItems(), approvals)
-	laps.lap("plan")
+	steps.Lap("plan")
 	actor := h.commitActor(ctx, snap)
-	laps.lap("actor")
+	steps.Lap("actor")
 	for _, spec := range specs {
 		if spec.Source.Actor == "" {
 			spec.Source.Actor = actor
@@ -334,7 +311,7 @@ func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapsho
 		spec.ObservedVersion = version
 		h.createPlanned(ctx, fence, spec)
 	}
-	laps.lap("create")
+	steps.Lap("create")
 }
 
 // waitsFingerprint is a deterministic digest of the waits status shows

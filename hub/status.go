@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/internal/laps"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/status"
 )
@@ -42,7 +43,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	// what Git says was handled must be known before this write, which
 	// could otherwise drop it after Redis lost its data
-	laps := startLaps(time.Now(), 0)
+	steps := startLaps(time.Now(), 0)
 	h.loadGitRecords(ctx, fence)
 	// The outbox names the rollouts whose items changed since the last
 	// write; they are acknowledged once the commit carrying them landed.
@@ -55,8 +56,8 @@ func (h *Hub) statusStep(ctx context.Context) {
 	for _, ev := range events {
 		changed[ev.Rollout] = true
 	}
-	laps.lap("read")
-	b, err := h.statusFiles(ctx, changed, laps)
+	steps.Lap("read")
+	b, err := h.statusFiles(ctx, changed, steps)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("build status files")
 		return
@@ -72,10 +73,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 		trailers = append(trailers, gitsync.Trailer{Key: gitsync.TrailerGeneration, Value: b.generation})
 	}
 	res, err := h.repo.WriteStatus(ctx, b.files, gitsync.StatusMessage(b.subject, "", trailers...))
-	for _, s := range res.Steps {
-		laps.add(s.Name, s.Took)
-	}
-	laps.last = time.Now()
+	steps.Took(res.Steps)
 	if errors.Is(err, gitsync.ErrStaleFence) {
 		// a newer leader wrote status: this hub must not write over it.
 		// Usually its lease is gone already (paused, partitioned); when its
@@ -95,7 +93,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	}
 	commit := res.Commit
 	if commit != "" {
-		h.metrics.statusCommitted(laps.start) // the whole write: its documents' build included
+		h.metrics.statusCommitted(steps.Start) // the whole write: its documents' build included
 	}
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
@@ -151,16 +149,15 @@ func (h *Hub) statusStep(ctx context.Context) {
 	h.mu.Lock()
 	h.statusMark = mark
 	h.mu.Unlock()
-	laps.lap("ack")
-	h.metrics.statusSteps(laps)
+	steps.Lap("ack")
+	h.metrics.statusSteps(steps)
 	if commit != "" {
-		took := time.Since(laps.start)
+		took := time.Since(steps.Start)
 		ev := h.log.Info()
 		if took >= slowStatus {
 			ev = h.log.Warn()
 		}
-		laps.fields(ev)
-		ev.Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
+		ev.Func(lapFields(steps)).Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
 			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
 	}
 }
@@ -243,7 +240,7 @@ func (h *Hub) keepRendered(files map[string][]byte, path string) bool {
 // The document of a finished rollout is left out (the committed file stays)
 // once a landed commit holds its final state, unless the outbox names it
 // again (changed); finished lists the finished rollouts written this time.
-func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *stepLaps) (statusBatch, error) {
+func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *laps.Laps) (statusBatch, error) {
 	var (
 		files                          = map[string][]byte{}
 		subject, rolloutID, generation string
@@ -265,7 +262,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 	h.mu.Lock()
 	snap, syncState := h.snapshot, h.sync
 	h.mu.Unlock()
-	laps.lap("engine")
+	steps.Lap("engine")
 
 	var lines []status.RolloutLine
 	// the items that wait on each node (pending, ambiguous), with why
@@ -353,7 +350,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 			finished = append(finished, r.ID)
 		}
 	}
-	laps.lap("rollouts")
+	steps.Lap("rollouts")
 	sort.Slice(lines, func(i, j int) bool { return lines[i].ID < lines[j].ID })
 	if newest != nil {
 		c := newest.Counters
@@ -469,7 +466,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 		return statusBatch{}, fmt.Errorf("summary: %w", err)
 	}
 	files[status.SummaryPath] = doc
-	laps.lap("summary")
+	steps.Lap("summary")
 
 	versions := h.history.of(nil)
 	heldByNode := map[string][]status.Held{}
@@ -588,7 +585,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, laps *st
 		}
 	}
 	h.nodeInputs, h.partItems = inputs, partItems
-	laps.lap("nodes")
+	steps.Lap("nodes")
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
 		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt}, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/gitsync"
+	"github.com/fleetwave/fleetwave/internal/laps"
 	"github.com/fleetwave/fleetwave/schema"
 )
 
@@ -24,7 +25,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	laps := startLaps(start, asked)
+	steps := startLaps(start, asked)
 	head, _, err := h.repo.Fetch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -33,7 +34,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		}
 		return
 	}
-	laps.lap("fetch")
+	steps.Lap("fetch")
 	h.mu.Lock()
 	last := h.lastSeen
 	h.mu.Unlock()
@@ -50,7 +51,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 			return
 		}
 	}
-	snap, verr, err := loadAt(ctx, h.repo, h.sequence.LoadChanged, head, laps)
+	snap, verr, err := loadAt(ctx, h.repo, h.sequence.LoadChanged, head, steps)
 	if err != nil {
 		log.Warn().Err(err).Msg("read or validate commit")
 		return
@@ -68,7 +69,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		verr.Errors = append(verr.Errors, serrs...)
 		verr.Sort()
 	}
-	laps.lap("signers")
+	steps.Lap("signers")
 	if verr != nil {
 		h.mu.Lock()
 		h.lastSeen = head
@@ -77,7 +78,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 			log.Warn().Str("error", fe.Error()).Msg("commit rejected")
 		}
 		h.metrics.rejectedCommits.Inc()
-		h.metrics.syncSteps(laps)
+		h.metrics.syncSteps(steps)
 		h.setSync(func(s *fleetwave.SyncState) {
 			s.Commit, s.Result, s.Errors, s.Message, s.At = head, "rejected", verr.Errors, "", h.clock.Now().UTC()
 		})
@@ -88,22 +89,22 @@ func (h *Hub) syncStep(ctx context.Context) {
 	h.mu.Unlock()
 	if fence := h.currentFence(); fence > 0 {
 		h.loadGitRecords(ctx, fence)
-		laps.lap("records")
+		steps.Lap("records")
 		h.processApprovalCommits(ctx, fence, snap, head)
-		laps.lap("approvals")
+		steps.Lap("approvals")
 	}
 	h.setSync(func(s *fleetwave.SyncState) {
 		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
 	})
 	took := time.Since(start)
 	h.metrics.syncSeconds.Observe(took.Seconds())
-	h.metrics.syncSteps(laps)
+	h.metrics.syncSteps(steps)
 	ev := log.Info()
 	if took >= slowSync {
 		ev = log.Warn() // seen by a hub logging at warn: what held a push back
 	}
 	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
-		Func(laps.fields).Msg("snapshot applied")
+		Func(lapFields(steps)).Msg("snapshot applied")
 	h.pushAsked.CompareAndSwap(0, time.Now().UnixNano())
 	h.kick(h.pushNow)
 	h.kick(h.reconcileNow)
@@ -120,7 +121,7 @@ func (h *Hub) askSync() {
 	h.kick(h.syncNow)
 }
 
-// stepLaps times the steps of one run of a loop, in order. A sync's are
+// The steps of one run of a loop are timed with laps.Laps. A sync's are
 // wait (from the push noticed to the sync started), fetch, read (the
 // commit's files), validate, generations, signers, records and approvals:
 // they go to fleetwave_sync_step_seconds and to the "snapshot applied"
@@ -128,59 +129,25 @@ func (h *Hub) askSync() {
 // (read, engine, rollouts, summary, nodes, then the commit's fetch, edit,
 // encode, store, push, record, and ack) to
 // fleetwave_status_step_seconds and its "status committed" line.
-type stepLaps struct {
-	start, last time.Time
-	steps       []stepLap
-}
 
-type stepLap struct {
-	step string
-	took time.Duration
-}
-
-// startLaps starts the laps of a step begun at start, asked for at asked
+// startLaps starts the steps of a step begun at start, asked for at asked
 // (Unix nanoseconds; 0 when nothing asked, as for a poll): its first lap
 // is the wait between the two.
-func startLaps(start time.Time, asked int64) *stepLaps {
-	l := &stepLaps{start: start, last: start}
+func startLaps(start time.Time, asked int64) *laps.Laps {
+	l := laps.Begin(start)
 	if asked != 0 {
-		l.add("wait", start.Sub(time.Unix(0, asked)))
+		l.Add("wait", start.Sub(time.Unix(0, asked)))
 	}
 	return l
 }
 
-// add records step as having taken took.
-func (l *stepLaps) add(step string, took time.Duration) {
-	if l != nil {
-		l.steps = append(l.steps, stepLap{step, took})
-	}
-}
-
-// lap records step as having taken the time since the previous lap.
-func (l *stepLaps) lap(step string) {
-	if l == nil {
-		return
-	}
-	now := time.Now()
-	l.add(step, now.Sub(l.last))
-	l.last = now
-}
-
-// total is the time step took (0 when it was not timed).
-func (l *stepLaps) total(step string) time.Duration {
-	var d time.Duration
-	for _, s := range l.steps {
-		if s.step == step {
-			d += s.took
+// lapFields adds each step's milliseconds to a log line (<step>_ms), with
+// zerolog's Event.Func.
+func lapFields(l *laps.Laps) func(*zerolog.Event) {
+	return func(e *zerolog.Event) {
+		for _, s := range l.Steps {
+			e.Int64(s.Name+"_ms", s.Took.Milliseconds())
 		}
-	}
-	return d
-}
-
-// fields adds each step's milliseconds to a log line (<step>_ms).
-func (l *stepLaps) fields(e *zerolog.Event) {
-	for _, s := range l.steps {
-		e.Int64(s.step+"_ms", s.took.Milliseconds())
 	}
 }
 
@@ -204,16 +171,16 @@ type loader func(files map[string][]byte, commit, base string, changed []string)
 // with load: a snapshot with
 // its generations, or the commit's validation errors (refused files
 // included), or an error when it cannot be read at all. The hub's sync
-// and `fleetwave plan` both load commits through it; laps (nil for plan)
+// and `fleetwave plan` both load commits through it; steps (nil for plan)
 // times its steps.
-func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string, laps *stepLaps) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
+func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string, steps *laps.Laps) (*fleetwave.Snapshot, *fleetwave.ValidationError, error) {
 	fs, err := repo.FilesChanged(ctx, commit)
 	if err != nil {
 		return nil, nil, err
 	}
-	laps.lap("read")
+	steps.Lap("read")
 	snap, err := load(fs.Files, commit, fs.Base, fs.Changed) // fs.Files is ours: the loader may keep it
-	laps.lap("validate")
+	steps.Lap("validate")
 	var verr *fleetwave.ValidationError
 	if err != nil && !errors.As(err, &verr) {
 		return nil, nil, err
@@ -232,7 +199,7 @@ func loadAt(ctx context.Context, repo *gitsync.Repo, load loader, commit string,
 	if err != nil {
 		return nil, nil, err
 	}
-	laps.lap("generations")
+	steps.Lap("generations")
 	snap.Commit, snap.Generations = commit, gens
 	return snap, nil, nil
 }
