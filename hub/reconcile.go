@@ -11,7 +11,6 @@ import (
 	"sort"
 	"time"
 
-
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 // then the commit) during a fleet-wide rollout of n nodes that all
 // reported, with a generation mark per node, one wave (max_concurrent
 // n/20, as the scale runs) completed between two writes, with a real
-// redis-server and a real mirror. Run it without -race:
+// redis-server and a real mirror. Run it without -race (a CPU profile's
+// timed writes: -tagfocus write=timed):
 //
 //	go test -run '^$' -bench 'StatusWrite/10k' -benchtime 15x ./hub/
 //	go test -run '^$' -bench 'StatusWrite/100k' -benchtime 5x -timeout 30m ./hub/
@@ -121,6 +123,7 @@ func benchStatusWrite(b *testing.B, nodes int) {
 		clk.Advance(time.Second)
 		h.engineStep(ctx)
 		b.StartTimer()
-		write()
+		// labelled: -tagfocus write=timed leaves out the setup and the first write
+		pprof.Do(ctx, pprof.Labels("write", "timed"), func(context.Context) { write() })
 	}
 }
