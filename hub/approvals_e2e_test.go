@@ -485,23 +485,7 @@ reconcile_interval: 200ms
 			if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			start := func(crashAt string) (*exec.Cmd, *lockedBuffer) {
-				log := &lockedBuffer{}
-				c := exec.Command(os.Args[0], "-test.run=^$")
-				c.Env = append(os.Environ(), hubChildEnv+"="+cfgPath, crashAtEnv+"="+crashAt)
-				c.Stderr = log
-				if err := c.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					_ = c.Process.Kill()
-					_, _ = c.Process.Wait()
-					if t.Failed() {
-						t.Logf("hub-a (crash at %q) log:\n%s", crashAt, log.String())
-					}
-				})
-				return c, log
-			}
+			start := func(crashAt string) (*exec.Cmd, *lockedBuffer) { return startHubChild(t, cfgPath, crashAt) }
 			t0 := time.Now()
 			a, logA := start(point)
 			waitUntil(t, "hub-a leads", func() bool { owner, _ := leaseHolder(t, srv); return owner == "hub-a" })

@@ -36,13 +36,13 @@ func startHubProcess(t *testing.T, cfgPath string) *hubProcess {
 	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(), hubChildEnv+"="+cfgPath)
 	p.cmd.Stderr = p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT) // in case the test left it stopped
-		_ = p.cmd.Process.Kill()
+		killGroup(p.cmd.Process)
 		<-p.exited
 		if t.Failed() {
 			t.Logf("hub pid %d log:\n%s", p.cmd.Process.Pid, p.log.String())

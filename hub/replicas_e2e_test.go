@@ -68,6 +68,37 @@ func runHubChild(path string) int {
 	return 0
 }
 
+// startHubChild runs a hub process from the hub.yaml at cfgPath (the test
+// binary, see TestMain) that exits at crash point crashAt ("" never), and
+// returns it with its log, shown when the test fails.
+func startHubChild(t *testing.T, cfgPath, crashAt string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	log := &lockedBuffer{}
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), hubChildEnv+"="+cfgPath, crashAtEnv+"="+crashAt)
+	c.Stderr = log
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		killGroup(c.Process)
+		_, _ = c.Process.Wait()
+		if t.Failed() {
+			t.Logf("hub %s (crash at %q) log:\n%s", filepath.Base(cfgPath), crashAt, log.String())
+		}
+	})
+	return c, log
+}
+
+// killGroup ends a hub process started in a process group of its own with
+// SIGKILL, and the git processes it ran (a push's receive-pack, which
+// would go on writing into a remote the test's cleanup is removing).
+func killGroup(p *os.Process) {
+	_ = syscall.Kill(-p.Pid, syscall.SIGCONT) // in case the test left it stopped
+	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+}
+
 // leaseHolder reads who holds the leader lease, and its fence.
 func leaseHolder(t *testing.T, srv *redistest.Server) (string, int64) {
 	t.Helper()
@@ -128,20 +159,7 @@ reconcile_interval: 200ms
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logA := &lockedBuffer{}
-	a := exec.Command(os.Args[0], "-test.run=^$")
-	a.Env = append(os.Environ(), hubChildEnv+"="+cfgPath)
-	a.Stderr = logA
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = a.Process.Kill()
-		_ = a.Wait()
-		if t.Failed() {
-			t.Logf("hub-a log:\n%s", logA.String())
-		}
-	})
+	a, logA := startHubChild(t, cfgPath, "")
 	start := time.Now()
 	waitUntil(t, "hub-a holds the lease", func() bool { owner, _ := leaseHolder(t, srv); return owner == "hub-a" })
 	t.Logf("hub-a leads after %v", time.Since(start).Round(10*time.Millisecond))
