@@ -352,6 +352,23 @@ type Attempt struct {
 	Fence         int64          `json:"fence"`
 	Deadline      time.Time      `json:"deadline"`
 	Payload       AttemptPayload `json:"payload"`
+	// Delivery numbers the poll answer that carried the attempt (per node,
+	// increasing; 0 from a hub that does not number them). The agent keeps
+	// the highest it journalled and says it in its next polls (Receipt).
+	Delivery int64 `json:"delivery,omitempty"`
+}
+
+// Receipt is what a polling agent says of the attempts it received.
+type Receipt struct {
+	// Delivered is the highest Delivery among the attempts the agent
+	// journalled (0: none).
+	Delivered int64
+	// Resume says the agent's previous poll failed, or that it has just
+	// started: an answer may have been lost on its way, and the attempts
+	// delivered after Delivered never reached the agent. The hub sends
+	// them again rather than wait out their deadlines. An agent that says
+	// nothing (an older one) leaves them to their deadlines.
+	Resume bool
 }
 
 // AttemptResult is what an agent sends back for one attempt.

@@ -189,18 +189,26 @@ func (a *agent) retry(ctx context.Context, what string, fn func() error) error {
 
 func (a *agent) pollLoop(ctx context.Context) {
 	b := backoff{min: minBackoff, max: maxBackoff}
+	// the first poll, and one after a failed poll, may follow an answer
+	// lost on its way: the agent says so, with what it received
+	resume := true
 	for ctx.Err() == nil {
-		atts, report, err := a.client.poll(ctx, a.cfg.PollWait)
+		a.mu.Lock()
+		rc := a.store.receipt(resume)
+		a.mu.Unlock()
+		atts, report, err := a.client.poll(ctx, a.cfg.PollWait, rc)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			resume = true
 			d := b.next()
 			a.log.Warn().Err(err).Str("node", a.cfg.Node).Int64("retry_in_ms", d.Milliseconds()).Msg("poll failed")
 			_ = sleep(ctx, d)
 			continue
 		}
 		b.reset()
+		resume = false
 		if report {
 			a.sendReport(ctx) // the hub lost what it knew of this node
 		}
@@ -297,6 +305,8 @@ func (a *agent) handle(ctx context.Context, att fleetwave.Attempt) {
 		// new attempt. Nothing ran, so the hub may retry it safely.
 		refusal, class = "deadline passed before start", fleetwave.ResultTransient
 	}
+	prevDelivery := a.store.st.LastDelivery
+	a.store.st.LastDelivery = max(prevDelivery, att.Delivery)
 	if refusal != "" {
 		a.store.record(att.ID, &journalEntry{Status: journalDone, Fence: att.Fence, StartedAt: now, DoneAt: now,
 			Result: &fleetwave.AttemptResult{AttemptID: att.ID, Fence: att.Fence, Class: class, ExitCode: -1, Output: refusal}})
@@ -318,7 +328,7 @@ func (a *agent) handle(ctx context.Context, att fleetwave.Attempt) {
 		// Without a durable "started" record a crash could run it twice:
 		// do not run it.
 		delete(a.store.st.Journal, att.ID)
-		a.store.st.MaxFence = prevFence
+		a.store.st.MaxFence, a.store.st.LastDelivery = prevFence, prevDelivery
 		a.mu.Unlock()
 		log.Error().Err(err).Msg("attempt not journalled; not run")
 		return

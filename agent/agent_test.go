@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,11 @@ type testHub struct {
 	registerHits int
 	// polls counts the long polls in progress (server side).
 	polls int
+	// receipts are what each poll said it received, in order, failed the
+	// indexes of those answered 503: failPolls more are.
+	receipts  []fleetwave.Receipt
+	failed    []int
+	failPolls int
 }
 
 func newTestHub() *testHub {
@@ -101,10 +107,17 @@ func (h *testHub) enqueue(atts ...fleetwave.Attempt) {
 // got stays lost, as the tests expect.
 func (h *testHub) NotHanded(context.Context, string, []fleetwave.Attempt, bool) {}
 
-func (h *testHub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
+func (h *testHub) PollAttempts(ctx context.Context, node string, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	h.mu.Lock()
+	h.receipts = append(h.receipts, rc)
+	if h.failPolls > 0 {
+		h.failPolls--
+		h.failed = append(h.failed, len(h.receipts)-1)
+		h.mu.Unlock()
+		return nil, &api.Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "hub restarting"}
+	}
 	h.polls++
 	h.mu.Unlock()
 	defer func() {
@@ -438,6 +451,101 @@ func TestRestartKeepsInstancesAndJournal(t *testing.T) {
 	h.hub.enqueue(attempt("att-stale", 1, "touch stale"))
 	if res := h.hub.result(t); res.Output != "stale fencing token" {
 		t.Fatalf("the accepted fence was forgotten across restarts: %+v", res)
+	}
+}
+
+// receiptsSince waits for a poll after the first n and returns every
+// receipt polls said so far.
+func (h *testHub) receiptsAfter(t *testing.T, n int) []fleetwave.Receipt {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		rs := slices.Clone(h.receipts)
+		h.mu.Unlock()
+		if len(rs) > n {
+			return rs
+		}
+	}
+	t.Fatalf("no poll after the first %d", n)
+	return nil
+}
+
+// TestPollsSayWhatTheAgentReceived: a poll says the highest delivery
+// number the agent journalled, saved with the journal (it survives a
+// restart); the first poll of a run, and one after a failed poll, ask
+// the hub to send again what the agent did not receive. A state written by
+// an older agent, which did not count what it received, asks for nothing.
+func TestPollsSayWhatTheAgentReceived(t *testing.T) {
+	h := newHarness(t)
+	stop := h.start(t)
+	h.hub.registration(t)
+	if rs := h.hub.receiptsAfter(t, 0); rs[0] != (fleetwave.Receipt{Resume: true}) {
+		t.Fatalf("first poll of a fresh agent said %+v, want resume with nothing received", rs[0])
+	}
+	att := attempt("att-1", 1, "true")
+	att.Delivery = 7
+	h.hub.enqueue(att)
+	h.hub.result(t)
+	h.hub.mu.Lock()
+	h.hub.failPolls = 1
+	h.hub.mu.Unlock()
+	// the polls after the attempt say it; the one after a failure resumes,
+	// the one after that does not
+	var rs []fleetwave.Receipt
+	var failed int
+	for {
+		h.hub.mu.Lock()
+		rs = slices.Clone(h.hub.receipts)
+		failed = -1
+		if len(h.hub.failed) > 0 {
+			failed = h.hub.failed[0]
+		}
+		h.hub.mu.Unlock()
+		if failed >= 0 && len(rs) > failed+2 {
+			break
+		}
+		rs = h.hub.receiptsAfter(t, len(rs))
+	}
+	for i := failed; i < len(rs); i++ {
+		if want := (fleetwave.Receipt{Delivered: 7, Resume: i == failed+1}); rs[i] != want {
+			t.Fatalf("poll %d (the failed one: %d) said %+v, want %+v; all: %+v", i, failed, rs[i], want, rs)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// a restart resumes with what the journal holds
+	h.hub.mu.Lock()
+	n := len(h.hub.receipts)
+	h.hub.mu.Unlock()
+	stop = h.start(t)
+	h.hub.registration(t)
+	if rs := h.hub.receiptsAfter(t, n); rs[n] != (fleetwave.Receipt{Delivered: 7, Resume: true}) {
+		t.Fatalf("first poll after a restart said %+v", rs[n])
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// an older agent's state: nothing counted, nothing asked
+	path := statePath(filepath.Join(h.dir, "state"))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := regexp.MustCompile(`,\s*"(last_delivery|receipts)": [^,\n]*`).ReplaceAllString(string(b), "")
+	if !strings.Contains(string(b), `"last_delivery": 7`) || strings.Contains(old, "receipts") || strings.Contains(old, "last_delivery") {
+		t.Fatalf("state.json does not hold what was expected:\n%s", b)
+	}
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.hub.mu.Lock()
+	n = len(h.hub.receipts)
+	h.hub.mu.Unlock()
+	h.start(t)
+	h.hub.registration(t)
+	if rs := h.hub.receiptsAfter(t, n); rs[n] != (fleetwave.Receipt{}) {
+		t.Fatalf("first poll from an older agent's state said %+v, want nothing", rs[n])
 	}
 }
 

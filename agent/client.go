@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,11 +74,10 @@ func (c *client) result(ctx context.Context, res fleetwave.AttemptResult) error 
 	return c.do(ctx, http.MethodPost, c.nodePath("/attempts/"+url.PathEscape(res.AttemptID)+"/result"), res, nil)
 }
 
-// poll long-polls the node's attempts; the request may last wait plus a
-// margin for the hub to answer.
-// poll long-polls the node's attempts; report says the hub asks for a
-// full report now.
-func (c *client) poll(ctx context.Context, wait time.Duration) (atts []fleetwave.Attempt, report bool, err error) {
+// poll long-polls the node's attempts, saying what the agent received
+// (rc); the request may last wait plus a margin for the hub to answer.
+// report says the hub asks for a full report now.
+func (c *client) poll(ctx context.Context, wait time.Duration, rc fleetwave.Receipt) (atts []fleetwave.Attempt, report bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
 	defer cancel()
 	var out struct {
@@ -85,6 +85,12 @@ func (c *client) poll(ctx context.Context, wait time.Duration) (atts []fleetwave
 		Report   bool                `json:"report"`
 	}
 	u := c.nodePath("/attempts") + "?wait=" + url.QueryEscape(wait.String())
+	if rc.Delivered > 0 {
+		u += "&delivered=" + strconv.FormatInt(rc.Delivered, 10)
+	}
+	if rc.Resume {
+		u += "&resume=true"
+	}
 	if err := c.do(ctx, http.MethodGet, u, nil, &out); err != nil {
 		return nil, false, err
 	}

@@ -41,6 +41,25 @@ type state struct {
 	NextSeq   int64                               `json:"next_seq"`
 	Instances map[string]fleetwave.InstanceStatus `json:"instances"`
 	Journal   map[string]*journalEntry            `json:"journal"`
+	// LastDelivery is the highest delivery number (fleetwave.Attempt's
+	// Delivery) of the attempts journalled: saved with the journal entry,
+	// before the attempt runs, so the agent never says it did not receive
+	// what it ran.
+	LastDelivery int64 `json:"last_delivery,omitempty"`
+	// Receipts says LastDelivery counts every attempt this state
+	// journalled: a state created by an agent that keeps it. A state of an
+	// older agent says nothing of what it received until it journals a
+	// numbered attempt.
+	Receipts bool `json:"receipts,omitempty"`
+}
+
+// receipt is what the agent says of the deliveries it received in its
+// next poll; resume when its previous poll failed (or it just started).
+// It asks for nothing to be sent again while its state cannot say what it
+// received.
+func (s *store) receipt(resume bool) fleetwave.Receipt {
+	knows := s.st.Receipts || s.st.LastDelivery > 0
+	return fleetwave.Receipt{Delivered: s.st.LastDelivery, Resume: resume && knows}
 }
 
 // journalEntry records one attempt the agent accepted or refused.
@@ -113,6 +132,7 @@ func (s *store) load(node string) error {
 	b, err := os.ReadFile(statePath(s.dir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		s.st.Receipts = true
 	case err != nil:
 		return fmt.Errorf("read state: %w", err)
 	default:

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -48,8 +49,9 @@ type Hub interface {
 	// one. It must be cheap: every poll asks.
 	WantsReport(node string) bool
 	// PollAttempts returns the attempts queued for node, waiting up to wait
-	// for one to appear.
-	PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error)
+	// for one to appear; rc is what the agent says it received (the
+	// "delivered" and "resume" of its query).
+	PollAttempts(ctx context.Context, node string, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error)
 	// NotHanded says that attempts PollAttempts returned for node did not
 	// reach its agent: its client was gone before the answer was written
 	// (written false), or the answer's write failed (written true: the
@@ -690,6 +692,11 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: err.Error()})
 		return
 	}
+	rc, err := parseReceipt(r.URL.Query())
+	if err != nil {
+		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: err.Error()})
+		return
+	}
 	// The poll may last wait, then its answer has the usual write time.
 	// (Reading needs no extension: a request without a body is read in
 	// full, and the server lifts the read deadline while it watches the
@@ -701,7 +708,7 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 		writeJSON(w, http.StatusOK, AttemptsAnswer{Attempts: []fleetwave.Attempt{}, Report: true})
 		return
 	}
-	atts, err := s.hub.PollAttempts(r.Context(), node, wait)
+	atts, err := s.hub.PollAttempts(r.Context(), node, wait, rc)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -730,6 +737,29 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 			s.hub.NotHanded(r.Context(), node, atts, true)
 		}
 	}
+}
+
+// parseReceipt reads what a polling agent says it received: delivered, the
+// highest delivery number it journalled (a whole number, 0 when absent),
+// and resume (true or false, false when absent), that its previous poll
+// failed.
+func parseReceipt(q url.Values) (fleetwave.Receipt, error) {
+	var rc fleetwave.Receipt
+	if v := q.Get("delivered"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return rc, fmt.Errorf("delivered %s is not a whole number", quote(v))
+		}
+		rc.Delivered = n
+	}
+	if v := q.Get("resume"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return rc, fmt.Errorf("resume %s is neither true nor false", quote(v))
+		}
+		rc.Resume = b
+	}
+	return rc, nil
 }
 
 // parseWait reads a Go duration ("10s") or whole seconds ("10"), clamped to

@@ -76,8 +76,12 @@ func (f *fakeHub) RegisterAgent(_ context.Context, r fleetwave.Report) error {
 	return nil
 }
 
-func (f *fakeHub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
-	f.record(fmt.Sprintf("poll %s %s", node, wait))
+func (f *fakeHub) PollAttempts(ctx context.Context, node string, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
+	if rc != (fleetwave.Receipt{}) {
+		f.record(fmt.Sprintf("poll %s %s delivered %d resume %v", node, wait, rc.Delivered, rc.Resume))
+	} else {
+		f.record(fmt.Sprintf("poll %s %s", node, wait))
+	}
 	if f.pollCtx != nil {
 		return f.pollCtx(ctx, node, wait)
 	}
@@ -574,6 +578,21 @@ func TestRoutes(t *testing.T) {
 			name:       "attempts refuses a bad wait",
 			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=soon", token: "token-a"},
 			wantStatus: 400, wantCode: "invalid_query",
+		},
+		{
+			name:       "attempts passes on what the agent says it received",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?wait=7&delivered=41&resume=true", token: "token-a"},
+			wantStatus: 200, wantCalls: []string{"poll node-a 7s delivered 41 resume true"},
+		},
+		{
+			name:       "attempts refuses a delivered that is no whole number",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?delivered=-3", token: "token-a"},
+			wantStatus: 400, wantCode: "invalid_query", wantBody: []string{"delivered"},
+		},
+		{
+			name:       "attempts refuses a resume that is neither true nor false",
+			req:        request{method: "GET", path: "/api/v1/agent/nodes/node-a/attempts?resume=maybe", token: "token-a"},
+			wantStatus: 400, wantCode: "invalid_query", wantBody: []string{"resume"},
 		},
 		{
 			name:       "attempts of another node are forbidden",

@@ -151,11 +151,16 @@
 //
 //	POST /api/v1/agent/nodes/{node}/register
 //	     body fleetwave.Report (the full report at start) -> 204
-//	GET  /api/v1/agent/nodes/{node}/attempts?wait=10s
+//	GET  /api/v1/agent/nodes/{node}/attempts?wait=10s&delivered=41&resume=true
 //	     long poll; wait is a Go duration or whole seconds, 0 when absent,
 //	     capped at 30s -> 200 {"attempts": [fleetwave.Attempt]} (never null); with
 //	     "report": true when the hub has no observations of the node (its Redis
-//	     lost them): the agent sends a full report at once
+//	     lost them): the agent sends a full report at once. Each attempt's
+//	     "delivery" numbers the answer (per node, increasing); delivered is
+//	     the highest the agent journalled, and resume=true says its previous
+//	     poll failed (or it just started): the attempts answered after
+//	     delivered never reached it and are retried at once. Both optional
+//	     (absent: 0 and false); invalid is 400 invalid_query
 //	POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result
 //	     body fleetwave.AttemptResult; its attempt_id must equal {attempt} -> 204
 //	POST /api/v1/agent/nodes/{node}/report

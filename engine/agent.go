@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,14 +27,28 @@ import (
 // wake-up costs a share of one pipelined round trip. It returns with
 // ctx.Err() when ctx ends first. An attempt popped after its deadline is
 // not handed out: it is marked undelivered (undeliver.lua), so Step treats
-// it as never delivered.
+// it as never delivered. Poll is PollWith an agent that says nothing of
+// what it received.
 func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Duration) ([]fleetwave.Attempt, error) {
+	return e.PollWith(ctx, node, max, wait, fleetwave.Receipt{})
+}
+
+// PollWith is Poll for an agent that says what it received (rc). Each pop
+// numbers its delivery (fleetwave.Attempt.Delivery). When rc.Resume says
+// the agent's previous poll failed, the attempts delivered to node after
+// rc.Delivered never reached its agent: a hub that died between popping
+// them and answering, or an answer cut on its way. They are marked never
+// delivered before the poll looks for work, so the next Step retries them
+// instead of waiting out their timeouts (then counting them lost).
+func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
 	}
+	if rc.Resume {
+		e.resume(ctx, node, rc.Delivered)
+	}
 	var wall clock.Real
 	end := wall.Now().Add(wait)
-	q := e.key("q", node)
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -44,23 +59,27 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 			// registered before looking: an attempt queued after the look
 			// is announced to it (and it looks only when the mux may have
 			// missed one)
-			w = &waiter{node: node, max: max, got: make(chan popped, 1)}
+			w = &waiter{node: node, max: max, delivered: rc.Delivered, got: make(chan popped, 1)}
 			look = e.register(w)
 		}
-		var raw []string
+		var got []popped
 		var err error
 		woken := false
 		if look {
-			raw, err = e.rdb.LPopCount(ctx, q, max).Result()
-			if errors.Is(err, redis.Nil) {
-				err = nil
+			var p popped
+			p, err = e.pop(ctx, node, max, rc.Delivered)
+			if len(p.raw) > 0 {
+				got = append(got, p)
 			}
 		}
-		if w != nil && len(raw) == 0 && err == nil {
+		if w != nil && len(got) == 0 && err == nil {
 			t := time.NewTimer(end.Sub(wall.Now()))
 			select {
 			case p := <-w.got:
-				raw, err, woken, w = p.raw, p.err, p.woken, nil
+				err, woken, w = p.err, p.woken, nil
+				if len(p.raw) > 0 {
+					got = append(got, p)
+				}
 			case <-t.C:
 			case <-ctx.Done():
 			}
@@ -69,13 +88,14 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 		if w != nil && !e.unregister(w) {
 			// claimed meanwhile: what its pop takes is ours (rarely, with
 			// what the look took, more than max)
-			p := <-w.got
-			raw = append(raw, p.raw...)
+			if p := <-w.got; len(p.raw) > 0 {
+				got = append(got, p)
+			}
 		}
-		if len(raw) > 0 {
+		if len(got) > 0 {
 			// popped is delivered: hand them out even when ctx ended
 			// meanwhile, or they would expire as lost
-			if out := e.deliver(context.WithoutCancel(ctx), node, raw); len(out) > 0 {
+			if out := e.deliver(context.WithoutCancel(ctx), node, got); len(out) > 0 {
 				return out, nil
 			}
 		}
@@ -94,32 +114,82 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 	}
 }
 
+// pop takes up to max attempts of node's queue and numbers the delivery
+// (pop.lua).
+func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64) (popped, error) {
+	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered})...)
+	if err != nil {
+		return popped{}, err
+	}
+	return poppedOf(v), nil
+}
+
+// poppedOf reads pop.lua's reply past its status word: the delivery's
+// number, then the entries.
+func poppedOf(v []any) popped {
+	if len(v) < 2 {
+		return popped{}
+	}
+	p := popped{seq: asInt(v[0]), raw: make([]string, 0, len(v)-1)}
+	for _, x := range v[1:] {
+		p.raw = append(p.raw, asString(x))
+	}
+	return p
+}
+
+// resume marks never delivered the attempts delivered to node after the
+// delivery its agent says it holds, its previous poll having failed (see
+// PollWith). It cannot fail: what it cannot mark waits for its deadline,
+// as it did before agents said what they received.
+func (e *Engine) resume(ctx context.Context, node string, delivered int64) {
+	key := e.key("dlv", node)
+	above := "(" + strconv.FormatInt(delivered, 10)
+	pipe := e.rdb.TxPipeline()
+	lost := pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: above, Max: "+inf"})
+	pipe.ZRemRangeByScore(ctx, key, above, "+inf")
+	if _, err := pipe.Exec(ctx); err != nil {
+		e.log.Warn().Err(err).Str("node", node).Int64("delivered", delivered).
+			Msg("deliveries the agent did not receive not looked up: left to their deadlines")
+		return
+	}
+	if ids := lost.Val(); len(ids) > 0 {
+		e.log.Warn().Str("node", node).Int64("delivered", delivered).Strs("attempts", ids).
+			Msg("attempts delivered that the agent never received: to be sent again")
+		if err := e.NotHanded(context.WithoutCancel(ctx), node, ids, false); err != nil {
+			e.log.Warn().Err(err).Str("node", node).Msg("attempts the agent never received: left to their deadlines")
+		}
+	}
+}
+
 // deliver decodes popped queue entries into attempts, leaving out (and
 // marking undelivered) those whose deadline passed. It cannot fail: an
 // entry it cannot hand out is left to Step, which finds its attempt
 // delivered without a result (ambiguous) unless it was marked undelivered.
-func (e *Engine) deliver(ctx context.Context, node string, raw []string) []fleetwave.Attempt {
+func (e *Engine) deliver(ctx context.Context, node string, got []popped) []fleetwave.Attempt {
 	now := e.nowMS()
-	out := make([]fleetwave.Attempt, 0, len(raw))
-	for _, v := range raw {
-		a, err := decodeQueued(v)
-		if err != nil {
-			// its size and leading id characters, never its payload
-			e.log.Error().Err(err).Str("node", node).Int("bytes", len(v)).Str("head", idHead(v)).Msg("queued attempt unreadable")
-			continue
-		}
-		if a.Deadline.UnixMilli() <= now {
-			if _, _, err := e.run(ctx, "undeliver", "", now, undeliverRecord.append(nil, undeliverArgs{Attempt: a.ID, Unsent: 1})...); err != nil {
-				e.log.Warn().Err(err).Str("node", node).Str("attempt", a.ID).
-					Msg("attempt past its deadline not delivered, nor marked undelivered: it will count as lost")
+	var out []fleetwave.Attempt
+	for _, p := range got {
+		for _, v := range p.raw {
+			a, err := decodeQueued(v)
+			if err != nil {
+				// its size and leading id characters, never its payload
+				e.log.Error().Err(err).Str("node", node).Int("bytes", len(v)).Str("head", idHead(v)).Msg("queued attempt unreadable")
 				continue
 			}
-			e.log.Debug().Str("node", node).Str("attempt", a.ID).Msg("attempt past its deadline not delivered")
-			continue
+			if a.Deadline.UnixMilli() <= now {
+				if _, _, err := e.run(ctx, "undeliver", "", now, undeliverRecord.append(nil, undeliverArgs{Attempt: a.ID, Unsent: 1})...); err != nil {
+					e.log.Warn().Err(err).Str("node", node).Str("attempt", a.ID).
+						Msg("attempt past its deadline not delivered, nor marked undelivered: it will count as lost")
+					continue
+				}
+				e.log.Debug().Str("node", node).Str("attempt", a.ID).Msg("attempt past its deadline not delivered")
+				continue
+			}
+			a.Delivery = p.seq
+			e.log.Debug().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).
+				Str("rollout", a.Rollout).Int64("delivery", a.Delivery).Msg("attempt delivered")
+			out = append(out, a)
 		}
-		e.log.Debug().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).
-			Str("rollout", a.Rollout).Msg("attempt delivered")
-		out = append(out, a)
 	}
 	return out
 }

@@ -142,6 +142,7 @@ var (
 	recordTableRecord  = newRecord[recordArgs]("RC", true, "record")
 	approvalStepRecord = newRecord[approvalArgs]("AP", true, "approval")
 	undeliverRecord    = newRecord[undeliverArgs]("UD", true, "undeliver")
+	popRecord          = newRecord[popArgs]("PO", true, "pop")
 )
 
 // records lists every record, for scriptSource and the tests.
@@ -152,6 +153,7 @@ var records = []recordDef{
 	reportHeadRecord.recordDef, instanceRecord.recordDef,
 	campaignRecord.recordDef, renewRecord.recordDef, resignRecord.recordDef, setStateRecord.recordDef,
 	releaseRecord.recordDef, recordTableRecord.recordDef, approvalStepRecord.recordDef, undeliverRecord.recordDef,
+	popRecord.recordDef,
 }
 
 // recordsPrelude returns the Lua tables of the records script name receives.
@@ -337,4 +339,12 @@ type undeliverArgs struct {
 	Attempt string `arg:"attempt"`
 	Unsent  int    `arg:"unsent"`
 	Expire  int    `arg:"expire"`
+}
+
+// popArgs: pop.lua (a poll takes up to Max attempts of Node's queue; its
+// agent holds the deliveries up to Delivered).
+type popArgs struct {
+	Node      string `arg:"node"`
+	Max       int    `arg:"max"`
+	Delivered int64  `arg:"delivered"`
 }

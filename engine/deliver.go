@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,8 @@ const muxRetry = 500 * time.Millisecond
 type waiter struct {
 	node string
 	max  int
+	// delivered is what its agent says it holds (pop.lua)
+	delivered int64
 	// got receives what the mux popped for the claimed waiter (nil and
 	// err when the pop failed: the waiter then looks itself); capacity 1.
 	got chan popped
@@ -53,6 +56,7 @@ type waiter struct {
 // was woken (Wake).
 type popped struct {
 	raw   []string
+	seq   int64 // the delivery's number (pop.lua)
 	err   error
 	woken bool
 }
@@ -236,19 +240,47 @@ func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
 	if len(ws) == 0 {
 		return
 	}
-	pipe := e.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(ws))
+	cmds := e.popPipeline(ctx, ws)
+	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }) {
+		// a Redis that lost its scripts (restarted, failed over): loaded
+		// again, and the pops that did not run run again
+		if err := e.scripts["pop"].Load(ctx, e.rdb).Err(); err == nil {
+			var again []*waiter
+			var at []int
+			for i, c := range cmds {
+				if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+					again, at = append(again, ws[i]), append(at, i)
+				}
+			}
+			for j, c := range e.popPipeline(ctx, again) {
+				cmds[at[j]] = c
+			}
+		}
+	}
 	for i, w := range ws {
-		cmds[i] = pipe.LPopCount(ctx, e.key("q", w.node), w.max)
+		v, err := cmds[i].Result()
+		if err == nil {
+			var rest []any
+			if _, rest, err = scriptReply("pop", v); err == nil {
+				w.got <- poppedOf(rest)
+				continue
+			}
+		}
+		w.got <- popped{err: err}
+	}
+}
+
+// popPipeline runs pop.lua for each waiter in one pipeline.
+func (e *Engine) popPipeline(ctx context.Context, ws []*waiter) []*redis.Cmd {
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(ws))
+	now := e.nowMS()
+	for i, w := range ws {
+		argv := append([]any{e.keyBase, "", now}, popRecord.append(nil, popArgs{Node: w.node, Max: w.max, Delivered: w.delivered})...)
+		cmds[i] = e.scripts["pop"].EvalSha(ctx, pipe, e.keys, argv...)
 	}
 	_, _ = pipe.Exec(ctx)
-	for i, w := range ws {
-		raw, err := cmds[i].Result()
-		if errors.Is(err, redis.Nil) {
-			err = nil
-		}
-		w.got <- popped{raw: raw, err: err}
-	}
+	return cmds
 }
 
 // subscribe is the mux: it follows the ready channel and hands out what

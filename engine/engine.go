@@ -161,11 +161,15 @@ type Engine struct {
 //go:embed lua/*.lua
 var luaFS embed.FS
 
-// scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua).
+// scriptNames are the scripts of lua/ (each prefixed with lua/lib.lua but
+// bareScripts).
 var scriptNames = []string{
 	"campaign", "renew", "resign", "create_rollout", "step", "complete", "report", "set_state",
-	"ack_outbox", "undeliver", "set_drain", "release", "record", "approval",
+	"ack_outbox", "undeliver", "set_drain", "release", "record", "approval", "pop",
 }
+
+// bareScripts go without lib.lua: they run for every poll that finds work.
+var bareScripts = map[string]bool{"pop": true}
 
 // waveScripts are the scripts that start waves: lua/wave.lua follows
 // lua/lib.lua in them. The others go without it, since a script defines
@@ -173,10 +177,13 @@ var scriptNames = []string{
 var waveScripts = map[string]bool{"step": true, "complete": true}
 
 // scriptSource returns script name with its prefix: the Lua tables of the
-// argument records it receives (args.go), lib.lua, and wave.lua for
-// waveScripts.
+// argument records it receives (args.go), lib.lua (not for bareScripts),
+// and wave.lua for waveScripts.
 func scriptSource(name string) string {
 	parts := []string{"lib"}
+	if bareScripts[name] {
+		parts = nil
+	}
 	if waveScripts[name] {
 		parts = append(parts, "wave")
 	}

@@ -355,6 +355,68 @@ func TestDeadlines(t *testing.T) {
 				}
 			}
 		})
+		t.Run("attempts an agent says it never received are sent again at once, those it holds are left alone", func(t *testing.T) {
+			h := newHarness(t, rdb, WithPrefix("receipt"), WithBackoff(time.Second, time.Second))
+			_, items := h.create(spec("web", 2, "web", 1, 2, 3))
+			h.step()
+			pollWith := func(node string, rc fleetwave.Receipt) []fleetwave.Attempt {
+				t.Helper()
+				as, err := h.e.PollWith(h.ctx, node, 10, 0, rc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.check()
+				return as
+			}
+			// n1's answer is lost on its way (a hub that died answering);
+			// n2's arrives
+			lost := h.poll("n1")
+			got := h.poll("n2")
+			if len(lost) != 1 || len(got) != 1 || lost[0].Delivery != 1 || got[0].Delivery != 1 {
+				t.Fatalf("first deliveries %+v %+v, want one attempt each, numbered 1", lost, got)
+			}
+			// a poll that says nothing of a failure changes nothing
+			pollWith("n1", fleetwave.Receipt{})
+			h.clk.Advance(time.Millisecond)
+			if res := h.step(); res.Expired != 0 {
+				t.Fatalf("expired = %d before any agent said it lost an answer", res.Expired)
+			}
+			// n1's agent comes back: it holds no delivery
+			pollWith("n1", fleetwave.Receipt{Delivered: 0, Resume: true})
+			// n2's agent holds delivery 1
+			pollWith("n2", fleetwave.Receipt{Delivered: 1, Resume: true})
+			h.clk.Advance(time.Millisecond) // far from the deadlines
+			if res := h.step(); res.Expired != 1 {
+				t.Fatalf("expired = %d, want n1's attempt closed at the next step", res.Expired)
+			}
+			if it := h.item(items[0]); it.Status != fleetwave.ItemRetrying || it.RetryCount != 1 {
+				// never delivered: retried, not ambiguous (nothing ran)
+				t.Fatalf("n1's item %s %q retry_count %d, want retrying", it.Status, it.Reason, it.RetryCount)
+			}
+			if it := h.item(items[1]); it.Status != fleetwave.ItemInProgress {
+				t.Fatalf("n2's item %s, want still in progress (its agent holds it)", it.Status)
+			}
+			h.clk.Advance(2 * time.Second)
+			h.step()
+			again := pollWith("n1", fleetwave.Receipt{})
+			if len(again) != 1 || again[0].ID != items[0]+".2" || again[0].Delivery != 2 {
+				t.Fatalf("sent again: %+v, want attempt 2 of %s in delivery 2", again, items[0])
+			}
+			// what an agent says it received is dropped from what is kept
+			pollWith("n1", fleetwave.Receipt{Delivered: 2})
+			if n := rdb.ZCard(h.ctx, h.e.key("dlv", "n1")).Val(); n != 0 {
+				t.Fatalf("%d deliveries kept after the agent said it received them", n)
+			}
+			// a counter Redis lost comes back above what the agent holds
+			h.complete(again[0], fleetwave.ResultSuccess)
+			rdb.Del(h.ctx, h.e.key("dseq", "n2"))
+			h.complete(got[0], fleetwave.ResultSuccess)
+			_, items2 := h.create(spec("web", 2, "web", 2, 2, 3))
+			h.step()
+			if as := pollWith("n2", fleetwave.Receipt{Delivered: 7}); len(as) != 1 || as[0].Delivery != 8 || as[0].Item != items2[1] {
+				t.Fatalf("after the counter was lost: %+v, want %s in delivery 8", as, items2[1])
+			}
+		})
 		t.Run("a delivered attempt without result makes its item ambiguous", func(t *testing.T) {
 			h := newHarness(t, rdb, WithPrefix("popped"), WithBackoff(time.Second, time.Second))
 			_, items := h.create(spec("web", 1, "web", 1, 1, 3))

@@ -200,3 +200,42 @@ func BenchmarkComplete(b *testing.B) {
 	}
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
 }
+
+// BenchmarkPoll: the 1,000 polls that take a wave's attempts, one per
+// node, 16 agents at a time (each pop numbers its delivery: pop.lua).
+func BenchmarkPoll(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	const nodes = 1000
+	spec := benchSpec("bench", nodes, nodes, nodes)
+	var cpu float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e, fence := benchEngine(b, rdb, fmt.Sprintf("p%d", i))
+		if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Step(ctx, fence); err != nil {
+			b.Fatal(err)
+		}
+		cpu0 := redisCPU(b, rdb)
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for n := w; n < nodes; n += 16 {
+					node := fmt.Sprintf("n%d", n)
+					if as, err := e.Poll(ctx, node, 10, 0); err != nil || len(as) != 1 {
+						b.Errorf("poll %s: %d attempts, %v", node, len(as), err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		cpu += redisCPU(b, rdb) - cpu0
+		b.StartTimer()
+	}
+	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}

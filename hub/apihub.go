@@ -43,10 +43,13 @@ func (h *Hub) RegisterAgent(ctx context.Context, r fleetwave.Report) error {
 // for node here, so values leave the hub only in this answer to the
 // node's authenticated agent. An attempt whose config does not unseal for
 // node is not handed out but failed as permanent (refuseAttempt).
-func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
-	atts, err := h.eng.Poll(ctx, node, 16, wait)
+func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
+	atts, err := h.eng.PollWith(ctx, node, 16, wait, rc)
 	if err != nil {
 		return nil, h.apiError(ctx, err)
+	}
+	if len(atts) > 0 {
+		h.crashPoint("attempts_popped")
 	}
 	out := atts[:0]
 	for _, a := range atts {
@@ -58,7 +61,7 @@ func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration)
 		a.Payload.Config = config
 		h.log.Info().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).Str("rollout", a.Rollout).
 			Str("block", a.Block).Str("action", a.Action).Int64("generation", a.Generation).Int64("fence", a.Fence).
-			Int("credentials", sealed).Msg("attempt delivered")
+			Int64("delivery", a.Delivery).Int("credentials", sealed).Msg("attempt delivered")
 		out = append(out, a)
 	}
 	return out, nil

@@ -367,12 +367,12 @@ func TestSealPollAttempts(t *testing.T) {
 		t.Fatal("Redis should hold the queued configs with markers, and no value")
 	}
 
-	atts, err := h.PollAttempts(ctx, "n1", 0)
+	atts, err := h.PollAttempts(ctx, "n1", 0, fleetwave.Receipt{})
 	if err != nil || len(atts) != 1 || atts[0].Payload.Config != "password: \""+prodValue+"\"\ndev: 1\n" {
 		t.Fatalf("n1: %d attempts, err %v; want its config with the value", len(atts), err)
 	}
 	for _, n := range []string{"n2", "n3"} {
-		if atts, err := h.PollAttempts(ctx, n, 0); err != nil || len(atts) != 0 {
+		if atts, err := h.PollAttempts(ctx, n, 0, fleetwave.Receipt{}); err != nil || len(atts) != 0 {
 			t.Errorf("%s: %d attempts handed out (err %v), want none", n, len(atts), err)
 		}
 	}
@@ -390,7 +390,7 @@ func TestSealPollAttempts(t *testing.T) {
 	if _, err := eng.Step(ctx, fence); err != nil {
 		t.Fatal(err)
 	}
-	if atts, err := noKey.PollAttempts(ctx, "n1", 0); err != nil || len(atts) != 0 {
+	if atts, err := noKey.PollAttempts(ctx, "n1", 0, fleetwave.Receipt{}); err != nil || len(atts) != 0 {
 		t.Errorf("a hub without a key handed out %d attempts (err %v)", len(atts), err)
 	}
 

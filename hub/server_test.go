@@ -45,7 +45,7 @@ func (h *agentHub) AuthenticateAgent(token string) (string, bool) {
 
 func (h *agentHub) WantsReport(string) bool { return false }
 
-func (h *agentHub) PollAttempts(ctx context.Context, node string, wait time.Duration) ([]fleetwave.Attempt, error) {
+func (h *agentHub) PollAttempts(ctx context.Context, node string, wait time.Duration, _ fleetwave.Receipt) ([]fleetwave.Attempt, error) {
 	if h.poll != nil {
 		return h.poll(ctx, node, wait)
 	}

@@ -1,0 +1,106 @@
+package hub_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/agent"
+	"github.com/fleetwave/fleetwave/engine"
+	"github.com/fleetwave/fleetwave/hub"
+	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
+)
+
+// TestADeliveryCutByAHubCrashIsSentAgainAtOnce: the hub (a process) dies
+// between taking a node's attempt from its queue and answering the
+// agent's poll, so the agent never receives it. Started again, the hub
+// hears from the agent's next poll that it never did, and sends the item
+// again at once, where it used to wait out the action's timeout (5
+// minutes here, then a report). The node runs the action once.
+func TestADeliveryCutByAHubCrashIsSentAgainAtOnce(t *testing.T) {
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	remote := gittest.NewRemote(t, map[string]string{
+		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\nbackoff: \"1s\"\n",
+		"blocks/web.cue": `kind: "block"
+name: "web"
+actions: {
+	install: command: "echo run >> \"$FLEETWAVE_STATE_DIR/runs\""
+	upgrade: command: "echo upgrade >> \"$FLEETWAVE_STATE_DIR/runs\""
+}
+`,
+		"brc/web.cue":  "kind: \"trigger\"\nname: \"web\"\nblock_name: \"web\"\ntarget_version: \"1\"\nmax_concurrent: 1\n",
+		"nodes/n1.cue": "kind: \"node\"\nname: \"n1\"\n",
+	})
+	srv := redistest.Start(t)
+	dir, addr := t.TempDir(), freeAddr(t)
+	cfgPath := filepath.Join(dir, "hub.yaml")
+	cfg := fmt.Sprintf(`hub_id: hub-a
+repo: {url: %q, branch: main, poll_interval: 100ms}
+redis: %q
+listen: %q
+data_dir: %q
+status: {interval: 200ms}
+lease_ttl: 1s
+step_interval: 50ms
+agents: {tokens: {n1: %s}}
+`, remote, "unix://"+srv.Addr, addr, filepath.Join(dir, "hub"), hub.HashToken("token-n1"))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, firstLog := startHubChild(t, cfgPath, "attempts_popped")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Config{HubURL: "http://" + addr, Node: "n1", Token: "token-n1",
+			StateDir: filepath.Join(dir, "n1"), PollWait: time.Second, ReportInterval: 5 * time.Second,
+			Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", "n1").Logger()})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	waitUntil(t, "the hub dies with the attempt taken", func() bool { return strings.Contains(firstLog.String(), "crash at attempts_popped") })
+	_, _ = first.Process.Wait()
+	_, log := startHubChild(t, cfgPath, "")
+	restarted := time.Now()
+
+	eng := engine.New(srv.Client(t))
+	var item fleetwave.Item
+	waitUntil(t, "the item is completed", func() bool {
+		rs, err := eng.Rollouts(context.Background())
+		if err != nil || len(rs) != 1 {
+			return false
+		}
+		_, items, err := eng.Rollout(context.Background(), rs[0].ID)
+		if err != nil || len(items) != 1 {
+			return false
+		}
+		item = items[0]
+		return item.Status == fleetwave.ItemCompleted
+	})
+	t.Logf("completed %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	// sent again as never delivered: its second attempt ran, its first
+	// never reached the agent
+	if item.Attempts != 2 || !strings.HasSuffix(item.LastAttempt, ".2") {
+		t.Fatalf("item %+v, want completed by its second attempt", item)
+	}
+	if !strings.Contains(log.String(), "attempts delivered that the agent never received") {
+		t.Fatalf("the restarted hub did not say what it sent again:\n%s", log.String())
+	}
+	time.Sleep(500 * time.Millisecond) // a second run would show by now
+	if b, _ := os.ReadFile(filepath.Join(dir, "n1", "blocks", "web", "runs")); string(b) != "run\n" {
+		t.Fatalf("n1 ran %q, want one install", b)
+	}
+}
