@@ -208,7 +208,9 @@ func (a *agent) pollLoop(ctx context.Context) {
 			continue
 		}
 		b.reset()
-		resume = false
+		// an answer asking for a report comes before the hub looks at
+		// the poll: what it says is said again
+		resume = resume && report
 		if report {
 			a.sendReport(ctx) // the hub lost what it knew of this node
 		}

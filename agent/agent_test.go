@@ -50,10 +50,12 @@ type testHub struct {
 	// polls counts the long polls in progress (server side).
 	polls int
 	// receipts are what each poll said it received, in order, failed the
-	// indexes of those answered 503: failPolls more are.
-	receipts  []fleetwave.Receipt
-	failed    []int
-	failPolls int
+	// indexes of those answered 503: failPolls more are, each followed by
+	// an answer asking for a report when reportAfterFail.
+	receipts        []fleetwave.Receipt
+	failed          []int
+	failPolls       int
+	reportAfterFail bool
 }
 
 func newTestHub() *testHub {
@@ -115,6 +117,9 @@ func (h *testHub) PollAttempts(ctx context.Context, node string, wait time.Durat
 	if h.failPolls > 0 {
 		h.failPolls--
 		h.failed = append(h.failed, len(h.receipts)-1)
+		if h.reportAfterFail {
+			h.wantReport++
+		}
 		h.mu.Unlock()
 		return nil, &api.Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "hub restarting"}
 	}
@@ -473,7 +478,8 @@ func (h *testHub) receiptsAfter(t *testing.T, n int) []fleetwave.Receipt {
 // TestPollsSayWhatTheAgentReceived: a poll says the highest delivery
 // number the agent journalled, saved with the journal (it survives a
 // restart); the first poll of a run, and one after a failed poll, ask
-// the hub to send again what the agent did not receive. A state written by
+// the hub to send again what the agent did not receive (again after an
+// answer that only asks for a report). A state written by
 // an older agent, which did not count what it received, asks for nothing.
 func TestPollsSayWhatTheAgentReceived(t *testing.T) {
 	h := newHarness(t)
@@ -487,10 +493,11 @@ func TestPollsSayWhatTheAgentReceived(t *testing.T) {
 	h.hub.enqueue(att)
 	h.hub.result(t)
 	h.hub.mu.Lock()
-	h.hub.failPolls = 1
+	h.hub.failPolls, h.hub.reportAfterFail = 1, true
 	h.hub.mu.Unlock()
-	// the polls after the attempt say it; the one after a failure resumes,
-	// the one after that does not
+	// the polls after the attempt say it; the one after a failure resumes
+	// (after an answer asking for a report, which the hub gives before it
+	// looks at the poll), the one after that does not
 	var rs []fleetwave.Receipt
 	var failed int
 	for {
