@@ -42,9 +42,6 @@ const (
 const (
 	actionTimeout  = 4 * time.Second
 	migrateTimeout = 10 * time.Second
-	// deliveryGrace is the engine's DefaultDeliveryGrace: how long after
-	// its action timeout an attempt handed out but never answered waits.
-	deliveryGrace = 30 * time.Second
 	// killGrace is the agent's SIGTERM-to-SIGKILL grace for a command past
 	// its timeout.
 	killGrace = 5 * time.Second
