@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,11 @@ type simAgent struct {
 	instances  map[string]fleetwave.InstanceStatus
 	journal    []string        // attempt ids run, newest last (bounded)
 	seen       map[string]bool // the same ids, to never run one twice
+	// delivered is the highest delivery number of the attempts it ran,
+	// said in each poll; resume says its previous poll failed (or it has
+	// not polled yet), as fleetwave agent does
+	delivered int64
+	polled    bool
 }
 
 // journalCap bounds the attempt ids an agent keeps and reports.
@@ -411,14 +417,29 @@ func (f *Fleet) serve(ctx context.Context, a *simAgent, wait time.Duration) erro
 		Attempts []fleetwave.Attempt `json:"attempts"`
 		Report   bool                `json:"report"`
 	}
+	u := a.path + "/attempts?wait=" + url.QueryEscape(wait.String())
+	a.mu.Lock()
+	if a.delivered > 0 {
+		u += "&delivered=" + strconv.FormatInt(a.delivered, 10)
+	}
+	if !a.polled {
+		u += "&resume=true"
+	}
+	a.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
-	err := f.do(pctx, a.node.Token, http.MethodGet, a.path+"/attempts?wait="+url.QueryEscape(wait.String()), nil, &out)
+	err := f.do(pctx, a.node.Token, http.MethodGet, u, nil, &out)
 	cancel()
 	if err != nil {
 		f.pollErrors.Add(1)
+		a.mu.Lock()
+		a.polled = false
+		a.mu.Unlock()
 		return fmt.Errorf("poll: %w", err)
 	}
 	f.polls.Add(1)
+	a.mu.Lock()
+	a.polled = a.polled || !out.Report // an answer asking for a report came before the hub looked
+	a.mu.Unlock()
 	if out.Report {
 		f.reportsAsked.Add(1)
 		a.mu.Lock()
@@ -454,6 +475,7 @@ func (f *Fleet) start(ctx context.Context, a *simAgent, att fleetwave.Attempt, a
 		return
 	}
 	a.seen[att.ID] = true
+	a.delivered = max(a.delivered, att.Delivery)
 	a.journal = append(a.journal, att.ID)
 	if len(a.journal) > journalCap {
 		delete(a.seen, a.journal[0])

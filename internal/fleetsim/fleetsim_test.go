@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,6 +142,8 @@ type fakeHub struct {
 	askReport  map[string]bool
 	tokens     map[string]string // token -> node
 	wrongToken int
+	// queries are each node's polls' queries, in order
+	queries map[string][]url.Values
 }
 
 func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -167,6 +170,9 @@ func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case rest == "attempts":
+		if h.queries != nil {
+			h.queries[node] = append(h.queries[node], r.URL.Query())
+		}
 		atts := h.queue[node]
 		delete(h.queue, node)
 		if atts == nil {
@@ -191,7 +197,9 @@ func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestFleetSpeaksTheAgentProtocol drives 60 agents through 8 pollers (so
 // they take turns): every agent registers, each attempt runs once even
 // when delivered twice, results carry the failure mix's classes and a
-// success's instance, and a poll asking for a report gets one.
+// success's instance, and a poll asking for a report gets one. Polls say
+// what the agent received as fleetwave agent does: the first resumes, the
+// next say the highest delivery run.
 func TestFleetSpeaksTheAgentProtocol(t *testing.T) {
 	ids := make([]string, 60)
 	for i := range ids {
@@ -202,11 +210,12 @@ func TestFleetSpeaksTheAgentProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &fakeHub{queue: map[string][]fleetwave.Attempt{}, registered: map[string]int{}, reports: map[string]int{},
-		results: map[string][]fleetwave.AttemptResult{}, askReport: map[string]bool{}, tokens: map[string]string{}}
+		results: map[string][]fleetwave.AttemptResult{}, askReport: map[string]bool{}, tokens: map[string]string{},
+		queries: map[string][]url.Values{}}
 	for _, n := range nodes {
 		h.tokens[n.Token] = n.ID
 		att := fleetwave.Attempt{ID: "r-g1." + n.ID + ".1", Item: "r-g1." + n.ID, Rollout: "r-g1", Node: n.ID, Block: "b",
-			Action: "install", Generation: 3, TargetVersion: "1.2.3", Fence: 1}
+			Action: "install", Generation: 3, TargetVersion: "1.2.3", Fence: 1, Delivery: 5}
 		h.queue[n.ID] = []fleetwave.Attempt{att, att} // delivered twice: run once
 	}
 	h.askReport["n07"] = true
@@ -223,7 +232,15 @@ func TestFleetSpeaksTheAgentProtocol(t *testing.T) {
 	err = waitFor(ctx, time.Minute, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return len(h.results) == len(nodes) && h.reports["n07"] == 1
+		if len(h.results) != len(nodes) || h.reports["n07"] != 1 {
+			return false
+		}
+		for _, n := range nodes {
+			if q := h.queries[n.ID]; len(q) < 3 || q[len(q)-1].Get("delivered") != "5" {
+				return false
+			}
+		}
+		return true
 	})
 	time.Sleep(50 * time.Millisecond) // a second delivery would have run by now
 	cancel()
@@ -259,6 +276,26 @@ func TestFleetSpeaksTheAgentProtocol(t *testing.T) {
 	}
 	if h.wrongToken != 0 {
 		t.Errorf("%d requests with another node's token", h.wrongToken)
+	}
+	for _, n := range nodes {
+		q := h.queries[n.ID]
+		// n07's first answer asked for a report before the hub looked at
+		// the poll: its second resumes again
+		resumes := 1
+		if n.ID == "n07" {
+			resumes = 2
+		}
+		for i, v := range q {
+			if got, want := v.Get("resume") == "true", i < resumes; got != want {
+				t.Errorf("%s poll %d: resume %v, want %v (%v)", n.ID, i, got, want, q)
+			}
+			if i == 0 && v.Has("delivered") {
+				t.Errorf("%s's first poll says delivered %s", n.ID, v.Get("delivered"))
+			}
+		}
+		if last := q[len(q)-1].Get("delivered"); last != "5" {
+			t.Errorf("%s's last poll says delivered %q, want 5", n.ID, last)
+		}
 	}
 	st := f.Stats()
 	if st.Redelivered != int64(len(nodes)) || st.Attempts != int64(len(nodes)) || st.InFlight != 0 {
