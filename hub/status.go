@@ -489,26 +489,27 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	}
 	var built []string
 	seen := 0
-	// the observed nodes, then the others the snapshot lists
-	nodes := func(yield func(string) bool) {
-		for id := range obs {
-			if !yield(id) {
+	// the observed nodes with their reports, then the others the
+	// snapshot lists
+	nodes := func(yield func(string, *fleetwave.Report) bool) {
+		for id, r := range obs {
+			if !yield(id, r) {
 				return
 			}
 		}
 		if snap != nil {
 			for id := range snap.Nodes {
-				if obs[id] == nil && !yield(id) {
+				if obs[id] == nil && !yield(id, nil) {
 					return
 				}
 			}
 		}
 	}
-	for node := range nodes {
+	for node, r := range nodes {
 		seen++
 		last, had := inputs[node]
 		in := nodeInputs{drift: driftByNode[node], hist: versions[node], waiting: waitingByNode[node], held: heldByNode[node]}
-		if r := obs[node]; r != nil {
+		if r != nil {
 			in.reported, in.agentVersion, in.capabilities = true, r.AgentVersion, r.Capabilities
 			if had && sameInstances(last.instances, r.Instances) {
 				in.instances = last.instances
@@ -532,15 +533,18 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if hl := in.held; len(hl) > 1 {
 			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].BRC < hl[j].Block+hl[j].BRC })
 		}
-		path := status.NodePath(node)
-		if had && h.rendered[path] != nil && in.same(last) {
+		if had && last.doc != nil && in.same(last) {
 			// built from what the document was built from last time
-			if h.keepRendered(files, path) {
-				rendered = append(rendered, path)
+			if last.doc.data != nil { // not landed yet (keepRendered)
+				files[last.path] = last.doc.data
+				rendered = append(rendered, last.path)
 			}
 			continue
 		}
-		inputs[node] = in
+		path := last.path
+		if !had {
+			path = status.NodePath(node)
+		}
 		built = append(built, node)
 		ns := status.Node{Node: node, Instances: []status.Instance{}}
 		if in.reported {
@@ -576,6 +580,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if wrote {
 			rendered = append(rendered, path)
 		}
+		in.path, in.doc = path, h.rendered[path]
+		inputs[node] = in
 	}
 	if len(inputs) > seen { // nodes neither observed nor listed any longer
 		for id := range inputs {
@@ -607,6 +613,12 @@ type nodeInputs struct {
 	hist                     map[string][]string
 	waiting                  []status.WaitingItem
 	held                     []status.Held
+	// path is the document's, and doc what it was last rendered as
+	// (Hub.rendered's entry): an unchanged node is neither looked up there
+	// nor its path built again (two lookups and a string each of 100,000
+	// nodes a write)
+	path string
+	doc  *renderedDoc
 }
 
 // sameInstances says whether the instances of a node's document (sorted by
