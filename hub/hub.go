@@ -124,7 +124,7 @@ type Hub struct {
 	// from (statusFiles), kept and forgotten with rendered; marksVersion
 	// is the version of the generation marks last rendered (0: none yet),
 	// marks those marks (HighWaterChanges).
-	nodeInputs   map[string]nodeInputs
+	nodeInputs   map[string]*nodeInputs
 	marksVersion uint64
 	marks        map[fleetwave.ObjectKey]int64
 	// partItems are the items each part of a large rollout's items was

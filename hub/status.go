@@ -485,7 +485,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	inputs := h.nodeInputs
 	h.nodeInputs = nil
 	if inputs == nil {
-		inputs = make(map[string]nodeInputs, len(obs))
+		inputs = make(map[string]*nodeInputs, len(obs))
 	}
 	var built []string
 	seen := 0
@@ -507,8 +507,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	}
 	for node, r := range nodes {
 		seen++
-		last, had := inputs[node]
-		in := nodeInputs{drift: driftByNode[node], hist: versions[node], waiting: waitingByNode[node], held: heldByNode[node]}
+		last := inputs[node] // nil: none yet
+		had := last != nil
+		in := nodeInputs{drift: driftByNode[node], hist: versions[node], waiting: waitingByNode[node], held: heldByNode[node], snap: snap}
 		if r != nil {
 			in.reported, in.agentVersion, in.capabilities = true, r.AgentVersion, r.Capabilities
 			if had && sameInstances(last.instances, r.Instances) {
@@ -521,7 +522,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 				sort.Slice(in.instances, func(i, j int) bool { return in.instances[i].Block < in.instances[j].Block })
 			}
 		}
-		if snap != nil {
+		switch {
+		case had && last.snap == snap && snap != nil:
+			// the same snapshot (never changed in place) says the same
+			in.known, in.inSnapshot, in.drain = true, last.inSnapshot, last.drain
+		case snap != nil:
 			in.known = true
 			if n := snap.Nodes[node]; n != nil {
 				in.inSnapshot, in.drain = true, n.Drain
@@ -533,16 +538,19 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if hl := in.held; len(hl) > 1 {
 			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].BRC < hl[j].Block+hl[j].BRC })
 		}
-		if had && last.doc != nil && in.same(last) {
+		if had && last.doc != nil && in.same(*last) {
 			// built from what the document was built from last time
+			last.snap = snap // (and no older snapshot kept alive)
 			if last.doc.data != nil { // not landed yet (keepRendered)
 				files[last.path] = last.doc.data
 				rendered = append(rendered, last.path)
 			}
 			continue
 		}
-		path := last.path
-		if !had {
+		path := ""
+		if had {
+			path = last.path
+		} else {
 			path = status.NodePath(node)
 		}
 		built = append(built, node)
@@ -581,7 +589,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			rendered = append(rendered, path)
 		}
 		in.path, in.doc = path, h.rendered[path]
-		inputs[node] = in
+		if had {
+			*last = in
+		} else {
+			inputs[node] = &in
+		}
 	}
 	if len(inputs) > seen { // nodes neither observed nor listed any longer
 		for id := range inputs {
@@ -619,6 +631,8 @@ type nodeInputs struct {
 	// nodes a write)
 	path string
 	doc  *renderedDoc
+	// snap is the snapshot known, inSnapshot and drain were read from
+	snap *fleetwave.Snapshot
 }
 
 // sameInstances says whether the instances of a node's document (sorted by
