@@ -122,6 +122,30 @@ func BenchmarkCreateRolloutAgain(b *testing.B) {
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
 }
 
+// timed runs work under the benchmark's timer (stopped around it), adding
+// the Redis CPU it took to cpu.
+func timed(b *testing.B, rdb redis.UniversalClient, cpu *float64, work func()) {
+	cpu0 := redisCPU(b, rdb)
+	b.StartTimer()
+	work()
+	b.StopTimer()
+	*cpu += redisCPU(b, rdb) - cpu0
+}
+
+// waveStarted is an engine under prefix with spec's rollout created and
+// its first wave started.
+func waveStarted(b *testing.B, rdb redis.UniversalClient, prefix string, spec fleetwave.RolloutSpec) *Engine {
+	ctx := context.Background()
+	e, fence := benchEngine(b, rdb, prefix)
+	if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.Step(ctx, fence); err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
 // BenchmarkStep: one Step that starts a wave of 1,000 items of a rollout of
 // 10,000 (the scan, plan and apply of a full wave).
 func BenchmarkStep(b *testing.B) {
@@ -135,14 +159,13 @@ func BenchmarkStep(b *testing.B) {
 		if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
 			b.Fatal(err)
 		}
-		cpu0 := redisCPU(b, rdb)
-		b.StartTimer()
-		res, err := e.Step(ctx, fence)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		cpu += redisCPU(b, rdb) - cpu0
+		var res StepResult
+		timed(b, rdb, &cpu, func() {
+			var err error
+			if res, err = e.Step(ctx, fence); err != nil {
+				b.Fatal(err)
+			}
+		})
 		b.StartTimer()
 		if res.Dispatched != 1000 {
 			b.Fatalf("%d dispatched, want 1000", res.Dispatched)
@@ -162,13 +185,7 @@ func BenchmarkComplete(b *testing.B) {
 	var cpu float64
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		e, fence := benchEngine(b, rdb, fmt.Sprintf("k%d", i))
-		if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := e.Step(ctx, fence); err != nil {
-			b.Fatal(err)
-		}
+		e := waveStarted(b, rdb, fmt.Sprintf("k%d", i), spec)
 		var results [16][]fleetwave.AttemptResult
 		var owners [16][]string
 		for n := range nodes {
@@ -180,22 +197,20 @@ func BenchmarkComplete(b *testing.B) {
 			results[n%16] = append(results[n%16], resultOf(as[0], fleetwave.ResultSuccess))
 			owners[n%16] = append(owners[n%16], node)
 		}
-		cpu0 := redisCPU(b, rdb)
-		b.StartTimer()
-		var wg sync.WaitGroup
-		for w := range 16 {
-			wg.Go(func() {
-				for j, res := range results[w] {
-					if err := e.Complete(ctx, owners[w][j], res); err != nil {
-						b.Error(err)
-						return
+		timed(b, rdb, &cpu, func() {
+			var wg sync.WaitGroup
+			for w := range 16 {
+				wg.Go(func() {
+					for j, res := range results[w] {
+						if err := e.Complete(ctx, owners[w][j], res); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
-			})
-		}
-		wg.Wait()
-		b.StopTimer()
-		cpu += redisCPU(b, rdb) - cpu0
+				})
+			}
+			wg.Wait()
+		})
 		b.StartTimer()
 	}
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
@@ -211,30 +226,22 @@ func BenchmarkPoll(b *testing.B) {
 	var cpu float64
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		e, fence := benchEngine(b, rdb, fmt.Sprintf("p%d", i))
-		if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := e.Step(ctx, fence); err != nil {
-			b.Fatal(err)
-		}
-		cpu0 := redisCPU(b, rdb)
-		b.StartTimer()
-		var wg sync.WaitGroup
-		for w := range 16 {
-			wg.Go(func() {
-				for n := w; n < nodes; n += 16 {
-					node := fmt.Sprintf("n%d", n)
-					if as, err := e.Poll(ctx, node, 10, 0); err != nil || len(as) != 1 {
-						b.Errorf("poll %s: %d attempts, %v", node, len(as), err)
-						return
+		e := waveStarted(b, rdb, fmt.Sprintf("p%d", i), spec)
+		timed(b, rdb, &cpu, func() {
+			var wg sync.WaitGroup
+			for w := range 16 {
+				wg.Go(func() {
+					for n := w; n < nodes; n += 16 {
+						node := fmt.Sprintf("n%d", n)
+						if as, err := e.Poll(ctx, node, 10, 0); err != nil || len(as) != 1 {
+							b.Errorf("poll %s: %d attempts, %v", node, len(as), err)
+							return
+						}
 					}
-				}
-			})
-		}
-		wg.Wait()
-		b.StopTimer()
-		cpu += redisCPU(b, rdb) - cpu0
+				})
+			}
+			wg.Wait()
+		})
 		b.StartTimer()
 	}
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")

@@ -469,22 +469,8 @@ identities:
   - {name: alice, role: admin, token_sha256: %s}
   - {name: bob, role: operator, token_sha256: %s}
 `, hub.HashToken("tok-alice"), hub.HashToken("tok-bob"))
-			dir := t.TempDir()
 			addrA := freeAddr(t)
-			cfgPath := filepath.Join(dir, "hub-a.yaml")
-			cfg := fmt.Sprintf(`hub_id: hub-a
-repo: {url: %q, branch: main, poll_interval: 100ms}
-redis: %q
-listen: %q
-data_dir: %q
-status: {interval: 200ms}
-lease_ttl: 1s
-step_interval: 50ms
-reconcile_interval: 200ms
-%s`, remote, redisURL, addrA, filepath.Join(dir, "a"), identities)
-			if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			cfgPath := childHubConfig(t, t.TempDir(), remote, redisURL, addrA, "reconcile_interval: 200ms\n"+identities)
 			start := func(crashAt string) (*exec.Cmd, *lockedBuffer) { return startHubChild(t, cfgPath, crashAt) }
 			t0 := time.Now()
 			a, logA := start(point)

@@ -2,7 +2,6 @@ package hub_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,20 +41,7 @@ actions: {
 	})
 	srv := redistest.Start(t)
 	dir, addr := t.TempDir(), freeAddr(t)
-	cfgPath := filepath.Join(dir, "hub.yaml")
-	cfg := fmt.Sprintf(`hub_id: hub-a
-repo: {url: %q, branch: main, poll_interval: 100ms}
-redis: %q
-listen: %q
-data_dir: %q
-status: {interval: 200ms}
-lease_ttl: 1s
-step_interval: 50ms
-agents: {tokens: {n1: %s}}
-`, remote, "unix://"+srv.Addr, addr, filepath.Join(dir, "hub"), hub.HashToken("token-n1"))
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := childHubConfig(t, dir, remote, "unix://"+srv.Addr, addr, "agents: {tokens: {n1: "+hub.HashToken("token-n1")+"}}\n")
 	first, firstLog := startHubChild(t, cfgPath, "attempts_popped")
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -91,6 +91,28 @@ func startHubChild(t *testing.T, cfgPath, crashAt string) (*exec.Cmd, *lockedBuf
 	return c, log
 }
 
+// childHubConfig writes dir/hub-a.yaml for a hub process "hub-a" that
+// follows remote closely (poll 100 ms, status every 200 ms, lease TTL
+// 1 s, steps every 50 ms) on redisURL, listening on addr, with extra
+// lines, and returns its path.
+func childHubConfig(t *testing.T, dir, remote, redisURL, addr, extra string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`hub_id: hub-a
+repo: {url: %q, branch: main, poll_interval: 100ms}
+redis: %q
+listen: %q
+data_dir: %q
+status: {interval: 200ms}
+lease_ttl: 1s
+step_interval: 50ms
+%s`, remote, redisURL, addr, filepath.Join(dir, "a"), extra)
+	path := filepath.Join(dir, "hub-a.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // killGroup ends a hub process started in a process group of its own with
 // SIGKILL, and the git processes it ran (a push's receive-pack, which
 // would go on writing into a remote the test's cleanup is removing).

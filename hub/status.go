@@ -539,8 +539,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			sort.Slice(hl, func(i, j int) bool { return hl[i].Block+hl[i].BRC < hl[j].Block+hl[j].BRC })
 		}
 		if had && last.doc != nil && in.same(*last) {
-			// built from what the document was built from last time
-			last.snap = snap // (and no older snapshot kept alive)
+			// built from what the document was built from last time (and
+			// no older snapshot kept alive by it)
+			last.snap = snap
 			if last.doc.data != nil { // not landed yet (keepRendered)
 				files[last.path] = last.doc.data
 				rendered = append(rendered, last.path)
