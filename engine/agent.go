@@ -35,17 +35,13 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 
 // PollWith is Poll for an agent that says what it received (rc). Each pop
 // numbers its delivery (fleetwave.Attempt.Delivery). When rc.Resume says
-// the agent's previous poll failed, the attempts delivered to node after
-// rc.Delivered never reached its agent: a hub that died between popping
-// them and answering, or an answer cut on its way. They are marked never
-// delivered before the poll looks for work, so the next Step retries them
-// instead of waiting out their timeouts (then counting them lost).
+// the agent's previous poll failed, Resume runs first.
 func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
 	}
 	if rc.Resume {
-		e.resume(ctx, node, rc.Delivered)
+		e.Resume(ctx, node, rc.Delivered)
 	}
 	var wall clock.Real
 	end := wall.Now().Add(wait)
@@ -137,11 +133,15 @@ func poppedOf(v []any) popped {
 	return p
 }
 
-// resume marks never delivered the attempts delivered to node after the
-// delivery its agent says it holds, its previous poll having failed (see
-// PollWith). It cannot fail: what it cannot mark waits for its deadline,
-// as it did before agents said what they received.
-func (e *Engine) resume(ctx context.Context, node string, delivered int64) {
+// Resume is for the poll of an agent whose previous poll failed: the
+// attempts delivered to node after delivered, the highest delivery its
+// agent journalled, never reached it (a hub that died between popping
+// them and answering, or an answer cut on its way). They are marked never
+// delivered, so the next Step retries them instead of waiting out their
+// timeouts (then counting them lost). It returns their ids. It cannot
+// fail: what it cannot mark waits for its deadline, as it did before
+// agents said what they received.
+func (e *Engine) Resume(ctx context.Context, node string, delivered int64) []string {
 	key := e.key("dlv", node)
 	above := "(" + strconv.FormatInt(delivered, 10)
 	pipe := e.rdb.TxPipeline()
@@ -150,15 +150,18 @@ func (e *Engine) resume(ctx context.Context, node string, delivered int64) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.log.Warn().Err(err).Str("node", node).Int64("delivered", delivered).
 			Msg("deliveries the agent did not receive not looked up: left to their deadlines")
-		return
+		return nil
 	}
-	if ids := lost.Val(); len(ids) > 0 {
+	ids := lost.Val()
+	if len(ids) > 0 {
 		e.log.Warn().Str("node", node).Int64("delivered", delivered).Strs("attempts", ids).
 			Msg("attempts delivered that the agent never received: to be sent again")
 		if err := e.NotHanded(context.WithoutCancel(ctx), node, ids, false); err != nil {
 			e.log.Warn().Err(err).Str("node", node).Msg("attempts the agent never received: left to their deadlines")
+			return nil
 		}
 	}
+	return ids
 }
 
 // deliver decodes popped queue entries into attempts, leaving out (and

@@ -381,7 +381,11 @@ func TestDeadlines(t *testing.T) {
 			if res := h.step(); res.Expired != 0 {
 				t.Fatalf("expired = %d before any agent said it lost an answer", res.Expired)
 			}
-			// n1's agent comes back: it holds no delivery
+			// n1's agent comes back: it holds no delivery (a second look
+			// finds nothing more)
+			if ids := h.e.Resume(h.ctx, "n1", 0); len(ids) != 1 || ids[0] != lost[0].ID {
+				t.Fatalf("resumed %v, want n1's attempt %s", ids, lost[0].ID)
+			}
 			pollWith("n1", fleetwave.Receipt{Delivered: 0, Resume: true})
 			// n2's agent holds delivery 1
 			pollWith("n2", fleetwave.Receipt{Delivered: 1, Resume: true})

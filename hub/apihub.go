@@ -44,6 +44,12 @@ func (h *Hub) RegisterAgent(ctx context.Context, r fleetwave.Report) error {
 // node's authenticated agent. An attempt whose config does not unseal for
 // node is not handed out but failed as permanent (refuseAttempt).
 func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
+	if rc.Resume {
+		if ids := h.eng.Resume(ctx, node, rc.Delivered); len(ids) > 0 {
+			h.metrics.notReceived("agent_said", len(ids))
+		}
+		rc.Resume = false
+	}
 	atts, err := h.eng.PollWith(ctx, node, 16, wait, rc)
 	if err != nil {
 		return nil, h.apiError(ctx, err)
@@ -78,6 +84,11 @@ func (h *Hub) NotHanded(ctx context.Context, node string, atts []fleetwave.Attem
 	}
 	h.log.Warn().Str("node", node).Strs("attempts", ids).Bool("written", written).
 		Msg("attempts not handed to the agent")
+	reason := "client_gone"
+	if written {
+		reason = "write_failed"
+	}
+	h.metrics.notReceived(reason, len(ids))
 	if err := h.eng.NotHanded(context.WithoutCancel(ctx), node, ids, written); err != nil {
 		h.log.Warn().Err(err).Str("node", node).Msg("attempts not handed: left to their deadlines")
 	}

@@ -85,6 +85,9 @@ actions: {
 	if !strings.Contains(log.String(), "attempts delivered that the agent never received") {
 		t.Fatalf("the restarted hub did not say what it sent again:\n%s", log.String())
 	}
+	if got := metricValue(t, httpGet(t, "http://"+addr+"/metrics"), `fleetwave_attempts_unreceived_total{reason="agent_said"}`); got != 1 {
+		t.Fatalf("fleetwave_attempts_unreceived_total{reason=\"agent_said\"} = %v, want 1", got)
+	}
 	time.Sleep(500 * time.Millisecond) // a second run would show by now
 	if b, _ := os.ReadFile(filepath.Join(dir, "n1", "blocks", "web", "runs")); string(b) != "run\n" {
 		t.Fatalf("n1 ran %q, want one install", b)

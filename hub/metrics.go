@@ -44,6 +44,7 @@ type metrics struct {
 	results         *prometheus.CounterVec
 	retries         *prometheus.CounterVec
 	refused         *prometheus.CounterVec
+	unreceived      *prometheus.CounterVec
 }
 
 func newMetrics(h *Hub) *metrics {
@@ -79,6 +80,8 @@ func newMetrics(h *Hub) *metrics {
 			Help: "Results of retries (an item's second or later attempt) accepted, by result class."}, []string{"class"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetwave_attempt_results_refused_total",
 			Help: "Attempt results refused, by cause (stale_attempt, unknown_attempt, wrong_node, invalid_result, error)."}, []string{"cause"}),
+		unreceived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetwave_attempts_unreceived_total",
+			Help: "Attempts taken for a poll that did not reach the agent, closed at the next step instead of at their deadlines, by reason (client_gone, write_failed: perhaps received, the report decides; agent_said: its next poll said so, retried)."}, []string{"reason"}),
 	}
 	for _, c := range []fleetwave.ResultClass{fleetwave.ResultSuccess, fleetwave.ResultTransient, fleetwave.ResultPermanent, fleetwave.ResultLost} {
 		m.results.WithLabelValues(string(c))
@@ -87,12 +90,22 @@ func newMetrics(h *Hub) *metrics {
 	for _, c := range []string{"stale_attempt", "unknown_attempt", "wrong_node", "invalid_result", "error"} {
 		m.refused.WithLabelValues(c)
 	}
+	for _, r := range []string{"client_gone", "write_failed", "agent_said"} {
+		m.unreceived.WithLabelValues(r)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
 		m.statusRolloutReads, &itemsCollector{h: h},
-		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused,
+		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused, m.unreceived,
 		&fleetCollector{h: h})
 	return m
+}
+
+// notReceived counts n attempts that did not reach their agent, for reason.
+func (m *metrics) notReceived(reason string, n int) {
+	if m != nil {
+		m.unreceived.WithLabelValues(reason).Add(float64(n))
+	}
 }
 
 // syncSteps records the steps of one sync.

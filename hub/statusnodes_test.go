@@ -161,3 +161,33 @@ func openMirror(t *testing.T, url string) *gitsync.Repo {
 	t.Cleanup(func() { _ = r.Close() })
 	return r
 }
+
+// TestAttemptsThatDidNotReachTheirAgentAreCounted: attempts a poll took
+// whose client left, or whose answer's write failed, are counted by
+// reason (real engine on a real redis-server).
+func TestAttemptsThatDidNotReachTheirAgentAreCounted(t *testing.T) {
+	h, _, _ := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
+	ctx := context.Background()
+	h.NotHanded(ctx, "n1", []fleetwave.Attempt{{ID: "web-g1.1.1"}}, false)
+	h.NotHanded(ctx, "n2", []fleetwave.Attempt{{ID: "web-g1.2.1"}, {ID: "web-g1.3.1"}}, true)
+	got := map[string]float64{}
+	mfs, err := h.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetwave_attempts_unreceived_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					got[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if want := map[string]float64{"client_gone": 1, "write_failed": 2, "agent_said": 0}; !maps.Equal(got, want) {
+		t.Errorf("fleetwave_attempts_unreceived_total by reason = %v, want %v", got, want)
+	}
+}
