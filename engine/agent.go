@@ -30,18 +30,15 @@ import (
 // it as never delivered. Poll is PollWith an agent that says nothing of
 // what it received.
 func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Duration) ([]fleetwave.Attempt, error) {
-	return e.PollWith(ctx, node, max, wait, fleetwave.Receipt{})
+	return e.PollWith(ctx, node, max, wait, 0)
 }
 
-// PollWith is Poll for an agent that says what it received (rc). Each pop
-// numbers its delivery (fleetwave.Attempt.Delivery). When rc.Resume says
-// the agent's previous poll failed, Resume runs first.
-func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
+// PollWith is Poll for an agent that holds the deliveries up to delivered
+// (the highest it journalled): they are no longer kept for Resume. Each
+// pop numbers its delivery (fleetwave.Attempt.Delivery).
+func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.Duration, delivered int64) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
-	}
-	if rc.Resume {
-		e.Resume(ctx, node, rc.Delivered)
 	}
 	var wall clock.Real
 	end := wall.Now().Add(wait)
@@ -55,7 +52,7 @@ func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.D
 			// registered before looking: an attempt queued after the look
 			// is announced to it (and it looks only when the mux may have
 			// missed one)
-			w = &waiter{node: node, max: max, delivered: rc.Delivered, got: make(chan popped, 1)}
+			w = &waiter{node: node, max: max, delivered: delivered, got: make(chan popped, 1)}
 			look = e.register(w)
 		}
 		var got []popped
@@ -63,7 +60,7 @@ func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.D
 		woken := false
 		if look {
 			var p popped
-			p, err = e.pop(ctx, node, max, rc.Delivered)
+			p, err = e.pop(ctx, node, max, delivered)
 			if len(p.raw) > 0 {
 				got = append(got, p)
 			}

@@ -361,7 +361,10 @@ func TestDeadlines(t *testing.T) {
 			h.step()
 			pollWith := func(node string, rc fleetwave.Receipt) []fleetwave.Attempt {
 				t.Helper()
-				as, err := h.e.PollWith(h.ctx, node, 10, 0, rc)
+				if rc.Resume {
+					h.e.Resume(h.ctx, node, rc.Delivered)
+				}
+				as, err := h.e.PollWith(h.ctx, node, 10, 0, rc.Delivered)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1165,6 +1168,44 @@ func TestDeliveryMux(t *testing.T) {
 				t.Fatalf("the next poll of n1 waited %v for an attempt already queued", took)
 			}
 		})
+	})
+	t.Run("a Redis that lost its scripts still hands a waiting poll its attempt", func(t *testing.T) {
+		rdb := redistest.Start(t).Client(t)
+		h := newHarness(t, rdb, WithPrefix("noscript"))
+		h.create(spec("web", 1, "web", 1, 1, 0))
+		type result struct {
+			as  []fleetwave.Attempt
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			as, err := h.e.Poll(context.Background(), "n1", 1, 10*time.Second)
+			got <- result{as, err}
+		}()
+		// the poll waits on a confirmed subscription: what is queued now
+		// is popped by the mux, with a pipelined EVALSHA
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			h.e.mux.mu.Lock()
+			ready := h.e.mux.subscribed && h.e.mux.n == 1
+			h.e.mux.mu.Unlock()
+			if ready {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the poll does not wait on a confirmed subscription")
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the confirmation's own pop is done
+		if err := rdb.ScriptFlush(h.ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if res := h.step(); res.Dispatched != 1 {
+			t.Fatalf("dispatched %d", res.Dispatched)
+		}
+		r := <-got
+		if r.err != nil || len(r.as) != 1 || r.as[0].Delivery != 1 {
+			t.Fatalf("the waiting poll returned %+v (%v), want its attempt in delivery 1", r.as, r.err)
+		}
 	})
 	t.Run("the subscriber ends when no poll waits and the next poll starts it again", func(t *testing.T) {
 		h := newHarness(t, redistest.Start(t).Client(t), WithPrefix("idle"))

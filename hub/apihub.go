@@ -48,9 +48,8 @@ func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration,
 		if ids := h.eng.Resume(ctx, node, rc.Delivered); len(ids) > 0 {
 			h.metrics.notReceived("agent_said", len(ids))
 		}
-		rc.Resume = false
 	}
-	atts, err := h.eng.PollWith(ctx, node, 16, wait, rc)
+	atts, err := h.eng.PollWith(ctx, node, 16, wait, rc.Delivered)
 	if err != nil {
 		return nil, h.apiError(ctx, err)
 	}

@@ -525,9 +525,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		switch {
 		case had && last.snap == snap && snap != nil:
 			// the same snapshot (never changed in place) says the same
-			in.known, in.inSnapshot, in.drain = true, last.inSnapshot, last.drain
+			in.inSnapshot, in.drain = last.inSnapshot, last.drain
 		case snap != nil:
-			in.known = true
 			if n := snap.Nodes[node]; n != nil {
 				in.inSnapshot, in.drain = true, n.Drain
 			}
@@ -559,7 +558,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if in.reported {
 			ns.Reported, ns.AgentVersion, ns.Capabilities, ns.Instances = true, in.agentVersion, in.capabilities, in.instances
 		}
-		if in.known {
+		if in.snap != nil {
 			if in.inSnapshot {
 				ns.Drain = new(in.drain)
 			} else {
@@ -620,19 +619,20 @@ type nodeInputs struct {
 	agentVersion string
 	capabilities []string
 	instances    []status.Instance // by block
-	// known: a snapshot is in force; inSnapshot: the node is in it
-	known, inSnapshot, drain bool
-	drift                    []reconciler.DriftEntry
-	hist                     map[string][]string
-	waiting                  []status.WaitingItem
-	held                     []status.Held
+	// inSnapshot: the node is in the snapshot in force (snap, below)
+	inSnapshot, drain bool
+	drift             []reconciler.DriftEntry
+	hist              map[string][]string
+	waiting           []status.WaitingItem
+	held              []status.Held
 	// path is the document's, and doc what it was last rendered as
 	// (Hub.rendered's entry): an unchanged node is neither looked up there
 	// nor its path built again (two lookups and a string each of 100,000
 	// nodes a write)
 	path string
 	doc  *renderedDoc
-	// snap is the snapshot known, inSnapshot and drain were read from
+	// snap is the snapshot in force (nil: none yet), which inSnapshot and
+	// drain were read from
 	snap *fleetwave.Snapshot
 }
 
@@ -654,7 +654,7 @@ func sameInstances(doc []status.Instance, obs []fleetwave.InstanceStatus) bool {
 
 func (a nodeInputs) same(b nodeInputs) bool {
 	return a.reported == b.reported && a.agentVersion == b.agentVersion && slices.Equal(a.capabilities, b.capabilities) &&
-		slices.Equal(a.instances, b.instances) && a.known == b.known && a.inSnapshot == b.inSnapshot && a.drain == b.drain &&
+		slices.Equal(a.instances, b.instances) && (a.snap != nil) == (b.snap != nil) && a.inSnapshot == b.inSnapshot && a.drain == b.drain &&
 		slices.Equal(a.drift, b.drift) && slices.Equal(a.waiting, b.waiting) && slices.Equal(a.held, b.held) &&
 		maps.EqualFunc(a.hist, b.hist, slices.Equal)
 }
