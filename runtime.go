@@ -1,6 +1,9 @@
 package fleetwave
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // ItemStatus is the state of an item (docs/contract.md#item).
 type ItemStatus string
@@ -369,6 +372,19 @@ type Receipt struct {
 	// them again rather than wait out their deadlines. An agent that says
 	// nothing (an older one) leaves them to their deadlines.
 	Resume bool
+}
+
+// Query is rc as a poll's query says it ("&delivered=N&resume=true", each
+// part only when set), to append to "?wait=...".
+func (rc Receipt) Query() string {
+	q := ""
+	if rc.Delivered > 0 {
+		q += "&delivered=" + strconv.FormatInt(rc.Delivered, 10)
+	}
+	if rc.Resume {
+		q += "&resume=true"
+	}
+	return q
 }
 
 // AttemptResult is what an agent sends back for one attempt.

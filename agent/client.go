@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -84,13 +83,7 @@ func (c *client) poll(ctx context.Context, wait time.Duration, rc fleetwave.Rece
 		Attempts []fleetwave.Attempt `json:"attempts"`
 		Report   bool                `json:"report"`
 	}
-	u := c.nodePath("/attempts") + "?wait=" + url.QueryEscape(wait.String())
-	if rc.Delivered > 0 {
-		u += "&delivered=" + strconv.FormatInt(rc.Delivered, 10)
-	}
-	if rc.Resume {
-		u += "&resume=true"
-	}
+	u := c.nodePath("/attempts") + "?wait=" + url.QueryEscape(wait.String()) + rc.Query()
 	if err := c.do(ctx, http.MethodGet, u, nil, &out); err != nil {
 		return nil, false, err
 	}

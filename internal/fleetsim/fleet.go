@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,15 +416,10 @@ func (f *Fleet) serve(ctx context.Context, a *simAgent, wait time.Duration) erro
 		Attempts []fleetwave.Attempt `json:"attempts"`
 		Report   bool                `json:"report"`
 	}
-	u := a.path + "/attempts?wait=" + url.QueryEscape(wait.String())
 	a.mu.Lock()
-	if a.delivered > 0 {
-		u += "&delivered=" + strconv.FormatInt(a.delivered, 10)
-	}
-	if !a.polled {
-		u += "&resume=true"
-	}
+	rc := fleetwave.Receipt{Delivered: a.delivered, Resume: !a.polled}
 	a.mu.Unlock()
+	u := a.path + "/attempts?wait=" + url.QueryEscape(wait.String()) + rc.Query()
 	pctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
 	err := f.do(pctx, a.node.Token, http.MethodGet, u, nil, &out)
 	cancel()
