@@ -355,7 +355,7 @@ type Attempt struct {
 	Fence         int64          `json:"fence"`
 	Deadline      time.Time      `json:"deadline"`
 	Payload       AttemptPayload `json:"payload"`
-	// Delivery numbers the poll answer that carried the attempt (per node,
+	// Delivery numbers the attempt among those polled by its node (per node,
 	// increasing; 0 from a hub that does not number them). The agent keeps
 	// the highest it journalled and says it in its next polls (Receipt).
 	Delivery int64 `json:"delivery,omitempty"`

@@ -556,6 +556,43 @@ func TestPollsSayWhatTheAgentReceived(t *testing.T) {
 	}
 }
 
+// TestAnAgentStoppedPartWayThroughAnAnswerSaysWhatItTook: an answer of two
+// attempts (numbered 3 and 4) whose first is running when the agent stops.
+// Its next start says it holds 3, not the answer's highest: the hub sends
+// the second again rather than wait out its deadline, and the agent never
+// ran it.
+func TestAnAgentStoppedPartWayThroughAnAnswerSaysWhatItTook(t *testing.T) {
+	h := newHarness(t)
+	stop := h.start(t)
+	h.hub.registration(t)
+	long, next := attempt("att-long", 1, "sleep 60"), attempt("att-next", 1, "true")
+	long.Delivery, next.Delivery = 3, 4
+	h.hub.enqueue(long, next)
+	path := statePath(filepath.Join(h.dir, "state"))
+	for deadline := time.Now().Add(waitLimit); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), `"att-long"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first attempt of the answer was never journalled")
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.hub.mu.Lock()
+	n := len(h.hub.receipts)
+	h.hub.mu.Unlock()
+	h.start(t)
+	h.hub.registration(t)
+	if rs := h.hub.receiptsAfter(t, n); rs[n] != (fleetwave.Receipt{Delivered: 3, Resume: true}) {
+		t.Fatalf("first poll after stopping part way through an answer said %+v, want resume from 3", rs[n])
+	}
+	if b, err := os.ReadFile(path); err != nil || strings.Contains(string(b), `"att-next"`) {
+		t.Fatalf("the attempt the agent did not take is in its journal (%v):\n%s", err, b)
+	}
+}
+
 func TestAbsentDesiredStateRemovesTheInstance(t *testing.T) {
 	h := newHarness(t)
 	h.start(t)

@@ -156,10 +156,11 @@
 //	     capped at 30s -> 200 {"attempts": [fleetwave.Attempt]} (never null); with
 //	     "report": true when the hub has no observations of the node (its Redis
 //	     lost them): the agent sends a full report at once. Each attempt's
-//	     "delivery" numbers the answer (per node, increasing); delivered is
-//	     the highest the agent journalled, and resume=true says its previous
-//	     poll failed (or it just started): the attempts answered after
-//	     delivered never reached it and are retried at once. Both optional
+//	     "delivery" numbers it (per node, increasing in the answer's order,
+//	     which the agent takes them in); delivered is the highest the agent
+//	     journalled, and resume=true says its previous poll failed (or it
+//	     just started): the attempts numbered after delivered never reached
+//	     it and are retried at once. Both optional
 //	     (absent: 0 and false); invalid is 400 invalid_query
 //	POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result
 //	     body fleetwave.AttemptResult; its attempt_id must equal {attempt} -> 204

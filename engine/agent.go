@@ -35,7 +35,8 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 
 // PollWith is Poll for an agent that holds the deliveries up to delivered
 // (the highest it journalled): they are no longer kept for Resume. Each
-// pop numbers its delivery (fleetwave.Attempt.Delivery).
+// attempt popped is numbered, in the order handed out
+// (fleetwave.Attempt.Delivery).
 func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.Duration, delivered int64) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
@@ -117,13 +118,13 @@ func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64)
 	return poppedOf(v), nil
 }
 
-// poppedOf reads pop.lua's reply past its status word: the delivery's
-// number, then the entries.
+// poppedOf reads pop.lua's reply past its status word: the first entry's
+// delivery number, then the entries.
 func poppedOf(v []any) popped {
 	if len(v) < 2 {
 		return popped{}
 	}
-	p := popped{seq: asInt(v[0]), raw: make([]string, 0, len(v)-1)}
+	p := popped{first: asInt(v[0]), raw: make([]string, 0, len(v)-1)}
 	for _, x := range v[1:] {
 		p.raw = append(p.raw, asString(x))
 	}
@@ -169,7 +170,7 @@ func (e *Engine) deliver(ctx context.Context, node string, got []popped) []fleet
 	now := e.nowMS()
 	var out []fleetwave.Attempt
 	for _, p := range got {
-		for _, v := range p.raw {
+		for i, v := range p.raw {
 			a, err := decodeQueued(v)
 			if err != nil {
 				// its size and leading id characters, never its payload
@@ -185,7 +186,7 @@ func (e *Engine) deliver(ctx context.Context, node string, got []popped) []fleet
 				e.log.Debug().Str("node", node).Str("attempt", a.ID).Msg("attempt past its deadline not delivered")
 				continue
 			}
-			a.Delivery = p.seq
+			a.Delivery = p.first + int64(i) // each entry has its number, even one not handed out
 			e.log.Debug().Str("node", node).Str("attempt", a.ID).Str("item", a.Item).
 				Str("rollout", a.Rollout).Int64("delivery", a.Delivery).Msg("attempt delivered")
 			out = append(out, a)

@@ -56,7 +56,7 @@ type waiter struct {
 // was woken (Wake).
 type popped struct {
 	raw   []string
-	seq   int64 // the delivery's number (pop.lua)
+	first int64 // the first entry's delivery number, the next ones following it (pop.lua)
 	err   error
 	woken bool
 }

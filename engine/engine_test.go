@@ -424,6 +424,40 @@ func TestDeadlines(t *testing.T) {
 				t.Fatalf("after the counter was lost: %+v, want %s in delivery 8", as, items2[1])
 			}
 		})
+		t.Run("an agent that stopped part way through an answer gets again what it did not take", func(t *testing.T) {
+			h := newHarness(t, rdb, WithPrefix("partway"), WithBackoff(time.Second, time.Second))
+			s := spec("web", 0, "web", 1, 3, 3)
+			s.Items = []fleetwave.ItemSpec{itemSpec("n1", "web", 1), itemSpec("n1", "db", 1), itemSpec("n1", "cache", 1)}
+			h.create(s)
+			h.step()
+			as := h.poll("n1")
+			if len(as) != 3 {
+				t.Fatalf("one answer of %d attempts, want the node's three", len(as))
+			}
+			for i, a := range as {
+				if a.Delivery != int64(i+1) {
+					t.Fatalf("attempt %d of the answer numbered %d, want %d (one number per attempt, in order)", i, a.Delivery, i+1)
+				}
+			}
+			// the agent journalled the first, then stopped while running it:
+			// it says so at its next start
+			if ids := h.e.Resume(h.ctx, "n1", as[0].Delivery); !slices.Equal(ids, []string{as[1].ID, as[2].ID}) {
+				t.Fatalf("resumed %v, want the two attempts the agent did not take: %s %s", ids, as[1].ID, as[2].ID)
+			}
+			h.clk.Advance(time.Millisecond)
+			if res := h.step(); res.Expired != 2 {
+				t.Fatalf("expired = %d, want the two attempts not taken closed at the next step", res.Expired)
+			}
+			for i, a := range as {
+				want := fleetwave.ItemRetrying // never delivered: nothing ran
+				if i == 0 {
+					want = fleetwave.ItemInProgress // the agent runs it
+				}
+				if it := h.item(a.Item); it.Status != want {
+					t.Fatalf("item %s (attempt %d of the answer) %s %q, want %s", a.Item, i, it.Status, it.Reason, want)
+				}
+			}
+		})
 		t.Run("a delivered attempt without result makes its item ambiguous", func(t *testing.T) {
 			h := newHarness(t, rdb, WithPrefix("popped"), WithBackoff(time.Second, time.Second))
 			_, items := h.create(spec("web", 1, "web", 1, 1, 3))
