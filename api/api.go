@@ -274,6 +274,7 @@ type server struct {
 	gatherer     prometheus.Gatherer
 	mappings     []mapping
 	metrics      *metrics
+	view         *readView // the last answers of repeated reads (readview.go)
 	mux          *http.ServeMux
 	// notReady is the failing checks /readyz last logged: a probe polling
 	// a hub that stays not ready logs the cause once, not per request.
@@ -298,6 +299,7 @@ func New(h Hub, opts ...Option) http.Handler {
 		s.gatherer = prometheus.DefaultGatherer
 	}
 	s.metrics = newMetrics(s.reg)
+	s.view = newReadView(time.Now)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.console)
@@ -432,7 +434,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) summary(w http.ResponseWriter, r *http.Request) {
-	sum, err := s.hub.Summary(r.Context())
+	sum, err := viewed(s, w, r, "summary", s.hub.Summary)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -444,7 +446,7 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
-	sum, err := s.hub.Summary(r.Context())
+	sum, err := viewed(s, w, r, "summary", s.hub.Summary)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -487,11 +489,22 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 // writeRollout answers the rollout named in the path with the page of its
 // items after item after.
 func (s *server) writeRollout(w http.ResponseWriter, r *http.Request, after string, limit int) {
-	ro, items, more, err := s.hub.RolloutPage(r.Context(), r.PathValue("id"), after, limit)
+	id := r.PathValue("id")
+	type page struct {
+		ro    fleetwave.Rollout
+		items []fleetwave.Item
+		more  bool
+	}
+	key := "rollout\x00" + id + "\x00" + after + "\x00" + strconv.Itoa(limit)
+	p, err := viewed(s, w, r, key, func(ctx context.Context) (page, error) {
+		ro, items, more, err := s.hub.RolloutPage(ctx, id, after, limit)
+		return page{ro, items, more}, err
+	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	ro, items, more := p.ro, p.items, p.more
 	if len(items) > limit {
 		items, more = items[:limit], true
 	}

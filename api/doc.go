@@ -132,6 +132,17 @@
 // page asks for one (a #token=... link or its sign-in form) and keeps it
 // in the tab's session storage.
 //
+// The summary, the rollout list and a rollout's page are read fresh from
+// Redis for every request, so a client reads its own writes. A client that
+// repeats them (the console, every second) may send Cache-Control:
+// max-stale=N (seconds, at most 60): when the fresh read takes longer than
+// 40 ms (Redis runs one script at a time, and a wave start of thousands of
+// attempts takes hundreds of ms at 100,000 nodes), the answer is the last
+// read, at most N seconds old, with its age in the Age header; the fresh
+// read goes on and is the next answer. Requests share the read in
+// progress, so however many consoles are open, one read of each reaches
+// Redis at a time.
+//
 // /readyz answers 200 when ready and 503 when not, with the state of each
 // dependency; its causes name the dependency and hold no credentials:
 //

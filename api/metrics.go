@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	stale    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -30,7 +31,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets:   []float64{0.005, 0.025, 0.1, 0.5, 1, 5, 15, 35},
 		}, []string{"route"}),
 	}
+	m.stale = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fleetwave",
+		Subsystem: "http",
+		Name:      "stale_answers_total",
+		Help:      "Reads answered from the last read because the fresh one was slow (the client accepted it: Cache-Control max-stale), by route pattern.",
+	}, []string{"route"})
 	m.requests = register(reg, m.requests)
+	m.stale = register(reg, m.stale)
 	m.duration = register(reg, m.duration)
 	return m
 }

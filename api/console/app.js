@@ -123,10 +123,19 @@
 
   function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
+  // The reads this page repeats every second accept an answer up to two
+  // seconds old when the hub's fresh read is slow (a Redis busy starting
+  // a wave): the hub then answers from its last read at once, with its
+  // Age, rather than make the page wait.
+  function repeatedRead(method, path) {
+    return method === "GET" && (path === "api/v1/summary" || path.startsWith("api/v1/rollouts/"));
+  }
+
   async function api(method, path, body) {
     const headers = { "Accept": "application/json" };
     const tok = token();
     if (tok) { headers["Authorization"] = "Bearer " + tok; }
+    if (repeatedRead(method, path)) { headers["Cache-Control"] = "max-stale=2"; }
     const init = { method: method, headers: headers, cache: "no-store" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";

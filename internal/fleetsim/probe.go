@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +27,10 @@ import (
 // ProbeSample is one read of Probe, written as a JSON line.
 type ProbeSample struct {
 	// Path is "summary" (GET /api/v1/summary) or "rollout" (GET
-	// /api/v1/rollouts/{id}, its first page).
+	// /api/v1/rollouts/{id}, its first page), read as the console reads
+	// them (accepting an answer up to 2 s old when the fresh read is
+	// slow: Cache-Control max-stale), or "summary-plain" and
+	// "rollout-plain", the same read as a client that says nothing.
 	Path string `json:"path"`
 	// Seconds is the read's latency, from the request to the body's end.
 	Seconds float64 `json:"seconds"`
@@ -35,33 +40,45 @@ type ProbeSample struct {
 	Status fleetwave.RolloutStatus `json:"status,omitempty"`
 }
 
-// Probe reads the summary and the rollout's page in turn, interval apart,
-// until ctx ends, and writes every read to w as a JSON line. It returns
-// nil when ctx ended, or the error writing to w.
+// Probe reads the summary and the rollout's page in turn, each as the
+// console does and as a plain client, interval apart, until ctx ends, and
+// writes every read to w as a JSON line. It returns nil when ctx ended,
+// or the error writing to w.
 func Probe(ctx context.Context, hubURL, rollout string, interval time.Duration, w io.Writer) error {
 	c := &http.Client{Timeout: 30 * time.Second}
 	enc := json.NewEncoder(w)
 	for ctx.Err() == nil {
-		d, err := timedGet(ctx, c, hubURL+"/api/v1/summary", nil)
-		if ctx.Err() != nil {
-			return nil // cancelled mid-read: not a sample
-		}
-		if err := enc.Encode(sampleOf("summary", d, err, "")); err != nil {
-			return err
-		}
-		var page struct {
-			Rollout fleetwave.Rollout `json:"rollout"`
-		}
-		d, err = timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+url.PathEscape(rollout), &page)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err := enc.Encode(sampleOf("rollout", d, err, page.Rollout.Status)); err != nil {
-			return err
+		for _, console := range []bool{true, false} {
+			d, err := timedGet(ctx, c, hubURL+"/api/v1/summary", console, nil)
+			if ctx.Err() != nil {
+				return nil // cancelled mid-read: not a sample
+			}
+			if err := enc.Encode(sampleOf(probePath("summary", console), d, err, "")); err != nil {
+				return err
+			}
+			var page struct {
+				Rollout fleetwave.Rollout `json:"rollout"`
+			}
+			d, err = timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+url.PathEscape(rollout), console, &page)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err := enc.Encode(sampleOf(probePath("rollout", console), d, err, page.Rollout.Status)); err != nil {
+				return err
+			}
 		}
 		_ = sleep(ctx, interval)
 	}
 	return nil
+}
+
+// probePath is the sample's path of a read of what, as the console reads
+// it or as a plain client.
+func probePath(what string, console bool) string {
+	if console {
+		return what
+	}
+	return what + "-plain"
 }
 
 func sampleOf(path string, d time.Duration, err error, st fleetwave.RolloutStatus) ProbeSample {
@@ -75,29 +92,32 @@ func sampleOf(path string, d time.Duration, err error, st fleetwave.RolloutStatu
 // probeSamples gathers the samples of a probe process.
 type probeSamples struct {
 	mu               sync.Mutex
-	summary, page    []time.Duration
-	sumErr, pageErr  int
+	took             map[string][]time.Duration // by path
+	errs             map[string]int
 	last             fleetwave.RolloutStatus
 	malformed, lines int
 }
 
+// probePaths are the paths of a probe's samples.
+var probePaths = []string{"summary", "summary-plain", "rollout", "rollout-plain"}
+
 func (p *probeSamples) add(s ProbeSample) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.took == nil {
+		p.took, p.errs = map[string][]time.Duration{}, map[string]int{}
+	}
 	p.lines++
-	d := time.Duration(s.Seconds * float64(time.Second))
 	switch {
-	case s.Path == "summary" && s.Error != "":
-		p.sumErr++
-	case s.Path == "summary":
-		p.summary = append(p.summary, d)
-	case s.Path == "rollout" && s.Error != "":
-		p.pageErr++
-	case s.Path == "rollout":
-		p.page = append(p.page, d)
-		p.last = s.Status
-	default:
+	case !slices.Contains(probePaths, s.Path):
 		p.malformed++
+	case s.Error != "":
+		p.errs[s.Path]++
+	default:
+		p.took[s.Path] = append(p.took[s.Path], time.Duration(s.Seconds*float64(time.Second)))
+		if strings.HasPrefix(s.Path, "rollout") {
+			p.last = s.Status
+		}
 	}
 }
 
@@ -120,11 +140,11 @@ func (p *probeSamples) read(r io.Reader) {
 	}
 }
 
-// latencies returns the summary's and the page's figures.
-func (p *probeSamples) latencies() (summary, page Latency) {
+// latency returns the figures of the reads of path.
+func (p *probeSamples) latency(path string) Latency {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return latencyOf(p.summary, p.sumErr), latencyOf(p.page, p.pageErr)
+	return latencyOf(p.took[path], p.errs[path])
 }
 
 // probeProc is a running `fleetwave dev probe`.

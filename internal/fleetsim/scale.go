@@ -121,9 +121,14 @@ type Result struct {
 	Waves        Waves         // the makespan wave by wave, as the fleet saw it
 	RedisUsed    int64
 	RedisPeak    int64
-	Summary      Latency // GET /api/v1/summary while the rollout ran
+	Summary      Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
 	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
-	Rollout      string  // the rollout's id
+
+	// the same reads as a client that accepts no stale answer (N is 0 in
+	// the runs from before the console accepted them)
+	SummaryPlain, RolloutPagePlain Latency
+
+	Rollout      string // the rollout's id
 	RolloutState fleetwave.RolloutStatus
 	Items        int // items of the rollout (API)
 	Completed    int // of them completed
@@ -150,14 +155,14 @@ func pushStages(ctx context.Context, hubURL, rollout string, pushed, received ti
 	st := PushStage{Received: received.Sub(pushed)}
 	c := &http.Client{Timeout: 30 * time.Second}
 	var sum fleetwave.Summary
-	if _, err := timedGet(ctx, c, hubURL+"/api/v1/summary", &sum); err == nil && !sum.Sync.At.IsZero() {
+	if _, err := timedGet(ctx, c, hubURL+"/api/v1/summary", false, &sum); err == nil && !sum.Sync.At.IsZero() {
 		st.Applied = sum.Sync.At.Sub(pushed)
 	}
 	var page struct {
 		Rollout fleetwave.Rollout `json:"rollout"`
 		Items   []fleetwave.Item  `json:"items"`
 	}
-	if _, err := timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+rollout, &page); err == nil {
+	if _, err := timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+rollout, false, &page); err == nil {
 		st.Created = page.Rollout.CreatedAt.Sub(pushed)
 		if len(page.Items) > 0 && !page.Items[0].DispatchedAt.IsZero() {
 			st.Dispatched = page.Items[0].DispatchedAt.Sub(pushed)
@@ -495,7 +500,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err := stopProbe(); err != nil {
 		return res, err
 	}
-	res.Summary, res.RolloutPage = probe.samples.latencies()
+	res.Summary, res.RolloutPage = probe.samples.latency("summary"), probe.samples.latency("rollout")
+	res.SummaryPlain, res.RolloutPagePlain = probe.samples.latency("summary-plain"), probe.samples.latency("rollout-plain")
 	routes, err := scrapeHistograms(hub.url, apiRoutes...)
 	if err != nil {
 		return res, err
@@ -678,7 +684,7 @@ func readRollout(ctx context.Context, c *http.Client, hubURL, id string) (fleetw
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		if _, err := timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+url.PathEscape(id)+"?"+q.Encode(), &page); err != nil {
+		if _, err := timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+url.PathEscape(id)+"?"+q.Encode(), false, &page); err != nil {
 			return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
 		}
 		items = append(items, page.Items...)
@@ -689,10 +695,13 @@ func readRollout(ctx context.Context, c *http.Client, hubURL, id string) (fleetw
 	}
 }
 
-func timedGet(ctx context.Context, c *http.Client, url string, out any) (time.Duration, error) {
+func timedGet(ctx context.Context, c *http.Client, url string, console bool, out any) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
+	}
+	if console {
+		req.Header.Set("Cache-Control", "max-stale=2") // as the console's repeated reads
 	}
 	start := time.Now()
 	resp, err := c.Do(req)
