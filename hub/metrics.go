@@ -93,7 +93,12 @@ func newMetrics(h *Hub) *metrics {
 	for _, r := range []string{"client_gone", "write_failed", "agent_said"} {
 		m.unreceived.WithLabelValues(r)
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	// the Go defaults, and how long runnable goroutines waited for a core
+	// (go_sched_latencies_seconds): what an API answer waits for when the
+	// hub is busy, beside its own work
+	goc := collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)}))
+	reg.MustRegister(goc, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
 		m.statusRolloutReads, &itemsCollector{h: h},
 		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused, m.unreceived,

@@ -189,6 +189,11 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 		return parseScrape(t, page)
 	}
 	before := get()
+	// how long ready goroutines waited for a core (the Go runtime's own
+	// histogram, served beside the hub's series)
+	if before.sum("go_sched_latencies_seconds_count") <= 0 {
+		t.Fatal("go_sched_latencies_seconds is not served")
+	}
 
 	// the lease: acquired, its fence, the epoch
 	s := waitMetric(t, addr, "the hub leads", is(1), "fleetwave_lease_held")
