@@ -160,11 +160,13 @@ func (v *readView) evict() {
 	}
 }
 
-// viewed answers read through the view when r accepts a stale answer,
-// setting the Age header of a stale one, and directly otherwise.
+// viewed answers read through the view when r, a GET, accepts a stale
+// answer, setting the Age header of a stale one, and directly otherwise:
+// the answer of a write (a rollout's pause answers its page) is always
+// read after it.
 func viewed[T any](s *server, w http.ResponseWriter, r *http.Request, key string, read func(context.Context) (T, error)) (T, error) {
 	stale, ok := acceptsStale(r)
-	if !ok {
+	if !ok || r.Method != http.MethodGet {
 		return read(r.Context())
 	}
 	val, age, err := s.view.get(r.Context(), key, stale, func(ctx context.Context) (any, error) { return read(ctx) })

@@ -186,3 +186,51 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestARolloutActionAnswersWhatItWrote: the answer of a pause is read after
+// the pause even from a client that accepts stale reads, while a GET of
+// the same page may be answered from the last read.
+func TestARolloutActionAnswersWhatItWrote(t *testing.T) {
+	var mu sync.Mutex
+	status, slow := fleetwave.RolloutActive, false
+	h := &fakeHub{rollout: func(id string) (fleetwave.Rollout, []fleetwave.Item, error) {
+		mu.Lock()
+		st, s := status, slow
+		mu.Unlock()
+		if s {
+			time.Sleep(300 * time.Millisecond) // a Redis busy with a script
+		}
+		return fleetwave.Rollout{ID: id, Status: st}, nil, nil
+	}}
+	srv := newServer(t, h)
+	send := func(method, path string) (api.RolloutAnswer, string) {
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Cache-Control", "max-stale=60")
+		req.Header.Set("Authorization", "Bearer tok-op")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a api.RolloutAnswer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, err)
+		}
+		return a, resp.Header.Get("Age")
+	}
+	if a, _ := send("GET", "/api/v1/rollouts/r1"); a.Rollout.Status != fleetwave.RolloutActive {
+		t.Fatalf("first read: %s", a.Rollout.Status)
+	}
+	mu.Lock()
+	status, slow = fleetwave.RolloutPaused, true // what the pause below writes
+	mu.Unlock()
+	if a, age := send("POST", "/api/v1/rollouts/r1/pause"); a.Rollout.Status != fleetwave.RolloutPaused || age != "" {
+		t.Fatalf("the pause answered %s (Age %q), want the paused rollout read after it", a.Rollout.Status, age)
+	}
+	if a, age := send("GET", "/api/v1/rollouts/r1"); a.Rollout.Status != fleetwave.RolloutActive || age == "" {
+		t.Fatalf("a GET while the read is slow: %s (Age %q), want the last read's active", a.Rollout.Status, age)
+	}
+}
