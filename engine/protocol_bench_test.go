@@ -246,3 +246,43 @@ func BenchmarkPoll(b *testing.B) {
 	}
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
 }
+
+// BenchmarkGauges: one read of the fleet gauges (a /metrics scrape) of
+// 10,000 nodes that each sent a full report, 100 of them again since the
+// last read.
+func BenchmarkGauges(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	e, _ := benchEngine(b, rdb, "g")
+	const nodes = 10000
+	report := func(n int) {
+		r := fleetwave.Report{Node: fmt.Sprintf("n%d", n), SentAt: t0, AgentVersion: "1.0.0", Capabilities: []string{"systemd"}}
+		for k := range 3 {
+			r.Instances = append(r.Instances, fleetwave.InstanceStatus{Block: fmt.Sprintf("b%d", k), Version: "1.2.3",
+				ConfigHash: "c0ffee", Generation: 4, State: fleetwave.StateRunning})
+		}
+		if err := e.Report(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for n := range nodes {
+		report(n)
+	}
+	if g, err := e.Gauges(ctx); err != nil || len(g.Reports) != nodes {
+		b.Fatalf("%d reports read (%v), want %d", len(g.Reports), err, nodes)
+	}
+	var cpu float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for n := range 100 {
+			report((i*100 + n) % nodes)
+		}
+		timed(b, rdb, &cpu, func() {
+			if _, err := e.Gauges(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}
