@@ -360,23 +360,36 @@ type answer struct {
 
 func do(t *testing.T, srv *httptest.Server, r request) answer {
 	t.Helper()
-	req, err := http.NewRequest(r.method, srv.URL+r.path, strings.NewReader(r.body))
+	a, err := doWith(srv, r, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return a
+}
+
+// doWith is do with header's fields added to the request, failing with an
+// error (it may run outside the test's goroutine).
+func doWith(srv *httptest.Server, r request, header http.Header) (answer, error) {
+	req, err := http.NewRequest(r.method, srv.URL+r.path, strings.NewReader(r.body))
+	if err != nil {
+		return answer{}, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if r.token != "" {
 		req.Header.Set("Authorization", "Bearer "+r.token)
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return answer{}, err
 	}
-	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}, nil
 }
 
 // errorCode returns the code of an error answer, failing on another shape.

@@ -37,25 +37,16 @@ func TestReadsThatAcceptAStaleAnswerDoNotWaitForASlowHub(t *testing.T) {
 		age  string
 	}
 	get := func(cacheControl string) got {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/summary", nil)
-		if err != nil {
-			t.Error(err)
-			return got{}
-		}
+		var h http.Header
 		if cacheControl != "" {
-			req.Header.Set("Cache-Control", cacheControl)
+			h = http.Header{"Cache-Control": {cacheControl}}
 		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Error(err)
-			return got{}
-		}
-		defer resp.Body.Close()
+		a, err := doWith(srv, request{method: "GET", path: "/api/v1/summary"}, h)
 		var s fleetwave.Summary
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&s) != nil {
-			t.Errorf("status %d", resp.StatusCode)
+		if err != nil || a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &s) != nil {
+			t.Errorf("summary: %d %v", a.status, err)
 		}
-		return got{s.Nodes, resp.Header.Get("Age")}
+		return got{s.Nodes, a.header.Get("Age")}
 	}
 	// answered: runs get in the background; the answer comes on the channel
 	answered := func(cacheControl string) chan got {
@@ -140,19 +131,13 @@ func TestRolloutPagesAreReadByCursorAndLimit(t *testing.T) {
 	}}
 	srv := newServer(t, h)
 	page := func(query string) (int, api.RolloutAnswer) {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/rollouts/r"+query, nil)
+		a, err := doWith(srv, request{method: "GET", path: "/api/v1/rollouts/r" + query}, http.Header{"Cache-Control": {"max-stale=2"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Cache-Control", "max-stale=2")
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a api.RolloutAnswer
-		_ = json.NewDecoder(resp.Body).Decode(&a)
-		return resp.StatusCode, a
+		var ra api.RolloutAnswer
+		_ = json.Unmarshal([]byte(a.body), &ra)
+		return a.status, ra
 	}
 	ids := func(a api.RolloutAnswer) string {
 		var s []string
@@ -204,22 +189,12 @@ func TestARolloutActionAnswersWhatItWrote(t *testing.T) {
 	}}
 	srv := newServer(t, h)
 	send := func(method, path string) (api.RolloutAnswer, string) {
-		req, err := http.NewRequest(method, srv.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
+		a, err := doWith(srv, request{method: method, path: path, token: "tok-op"}, http.Header{"Cache-Control": {"max-stale=60"}})
+		var ra api.RolloutAnswer
+		if err != nil || a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &ra) != nil {
+			t.Fatalf("%s %s: %d %v", method, path, a.status, err)
 		}
-		req.Header.Set("Cache-Control", "max-stale=60")
-		req.Header.Set("Authorization", "Bearer tok-op")
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a api.RolloutAnswer
-		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, err)
-		}
-		return a, resp.Header.Get("Age")
+		return ra, a.header.Get("Age")
 	}
 	if a, _ := send("GET", "/api/v1/rollouts/r1"); a.Rollout.Status != fleetwave.RolloutActive {
 		t.Fatalf("first read: %s", a.Rollout.Status)

@@ -61,7 +61,8 @@ var openStatus = map[string]bool{"active": true, "paused": true, "blocked": true
 // Gauges reads the open rollouts and their items, the budgets (those of the
 // open rollouts and budgets), the lease and when each node last reported.
 // It costs O(open rollouts' items + nodes), within the bounds above, in five
-// pipelined round trips.
+// pipelined round trips, and the nodes' reports of ObservationsShared (read
+// again only where they changed).
 func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) {
 	g := Gauges{Rollouts: map[StatusReason]int{}, Items: map[StatusReason]int{}, Budgets: map[string]BudgetGauge{}, Reports: map[string]time.Time{}}
 

@@ -132,6 +132,20 @@ func timed(b *testing.B, rdb redis.UniversalClient, cpu *float64, work func()) {
 	*cpu += redisCPU(b, rdb) - cpu0
 }
 
+// benchAgents is how many agents talk to the engine at once in the
+// protocol benchmarks.
+const benchAgents = 16
+
+// byAgents runs agent(w) for each of benchAgents agents at once and waits
+// for them all.
+func byAgents(agent func(w int)) {
+	var wg sync.WaitGroup
+	for w := range benchAgents {
+		wg.Go(func() { agent(w) })
+	}
+	wg.Wait()
+}
+
 // waveStarted is an engine under prefix with spec's rollout created and
 // its first wave started.
 func waveStarted(b *testing.B, rdb redis.UniversalClient, prefix string, spec fleetwave.RolloutSpec) *Engine {
@@ -186,30 +200,26 @@ func BenchmarkComplete(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e := waveStarted(b, rdb, fmt.Sprintf("k%d", i), spec)
-		var results [16][]fleetwave.AttemptResult
-		var owners [16][]string
+		var results [benchAgents][]fleetwave.AttemptResult
+		var owners [benchAgents][]string
 		for n := range nodes {
 			node := fmt.Sprintf("n%d", n)
 			as, err := e.Poll(ctx, node, 10, 0)
 			if err != nil || len(as) != 1 {
 				b.Fatalf("poll %s: %d attempts, %v", node, len(as), err)
 			}
-			results[n%16] = append(results[n%16], resultOf(as[0], fleetwave.ResultSuccess))
-			owners[n%16] = append(owners[n%16], node)
+			results[n%benchAgents] = append(results[n%benchAgents], resultOf(as[0], fleetwave.ResultSuccess))
+			owners[n%benchAgents] = append(owners[n%benchAgents], node)
 		}
 		timed(b, rdb, &cpu, func() {
-			var wg sync.WaitGroup
-			for w := range 16 {
-				wg.Go(func() {
-					for j, res := range results[w] {
-						if err := e.Complete(ctx, owners[w][j], res); err != nil {
-							b.Error(err)
-							return
-						}
+			byAgents(func(w int) {
+				for j, res := range results[w] {
+					if err := e.Complete(ctx, owners[w][j], res); err != nil {
+						b.Error(err)
+						return
 					}
-				})
-			}
-			wg.Wait()
+				}
+			})
 		})
 		b.StartTimer()
 	}
@@ -228,19 +238,15 @@ func BenchmarkPoll(b *testing.B) {
 		b.StopTimer()
 		e := waveStarted(b, rdb, fmt.Sprintf("p%d", i), spec)
 		timed(b, rdb, &cpu, func() {
-			var wg sync.WaitGroup
-			for w := range 16 {
-				wg.Go(func() {
-					for n := w; n < nodes; n += 16 {
-						node := fmt.Sprintf("n%d", n)
-						if as, err := e.Poll(ctx, node, 10, 0); err != nil || len(as) != 1 {
-							b.Errorf("poll %s: %d attempts, %v", node, len(as), err)
-							return
-						}
+			byAgents(func(w int) {
+				for n := w; n < nodes; n += benchAgents {
+					node := fmt.Sprintf("n%d", n)
+					if as, err := e.Poll(ctx, node, 10, 0); err != nil || len(as) != 1 {
+						b.Errorf("poll %s: %d attempts, %v", node, len(as), err)
+						return
 					}
-				})
-			}
-			wg.Wait()
+				}
+			})
 		})
 		b.StartTimer()
 	}
