@@ -497,6 +497,17 @@ func (p *upgAgent) startCount() int {
 	return p.starts
 }
 
+// kill kills the running process's group (SIGKILL), as a power cut
+// would; the supervisor starts it again. An action the agent runs is in a
+// group of its own and lives on.
+func (p *upgAgent) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
 // stop ends the supervisor and kills the process group (the agent and
 // whatever it started) of the running process.
 func (p *upgAgent) stop() {

@@ -87,6 +87,9 @@ func TestNodeSideWithAgentProcesses(t *testing.T) {
 	t.Run("a split action is refused while a node lacks the capability, then dispatched whole", func(t *testing.T) {
 		nodeSideProcSplit(t, bin)
 	})
+	t.Run("an agent killed part way through an answer is sent again what it never took", func(t *testing.T) {
+		nodeSideProcKilledMidAnswer(t, bin)
+	})
 	t.Logf("whole test %v", time.Since(start).Round(time.Millisecond))
 }
 
@@ -337,5 +340,118 @@ actions: {
 	}
 	if got := shuffles(); !slices.Equal(got, []string{"shuffled", "shuffled", "shuffled"}) {
 		t.Fatalf("shuffles per node = %q, want one on each", got)
+	}
+}
+
+// nodeSideProcKilledMidAnswer: two one-shot installs (blocks a and b) are
+// queued for n1 while its agent process is stopped (after its first
+// report), so its next poll takes both in one answer. Each action notes its block, then holds until the
+// test lets it go. The agent process is killed (SIGKILL) while it runs the
+// first of the two, and restarted. It says it took nothing after that
+// first attempt: the hub sends the second item again at once, where it
+// would have waited out the action's timeout (10 minutes) first. The
+// first, whose command may still run, keeps its place until its deadline.
+// Each action ran exactly once.
+func nodeSideProcKilledMidAnswer(t *testing.T, bin string) {
+	work := t.TempDir()
+	marks, hold := filepath.Join(work, "marks"), filepath.Join(work, "hold")
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\nbackoff: \"1s\"\n",
+		"nodes/n1.cue":  "kind: \"node\"\nname: \"n1\"\n",
+	}
+	brcs := map[string]string{}
+	for _, b := range []string{"a", "b"} {
+		files["blocks/"+b+".cue"] = fmt.Sprintf(`kind: "block"
+name: %q
+actions: {
+	install: {
+		command:  "echo %s >> %s; while [ -e %s ]; do sleep 0.05; done"
+		one_shot: true
+		timeout:  "10m"
+	}
+	upgrade: command: "true"
+}
+`, b, b, marks, hold)
+		brcs["brc/"+b+".cue"] = fmt.Sprintf("kind: \"trigger\"\nname: %q\nblock_name: %q\ntarget_version: \"1\"\nnodes: [\"n1\"]\n", b, b)
+	}
+	remote := gittest.NewRemote(t, files)
+	f := startNodeSideHub(t, remote, []string{"n1"})
+	ctx := context.Background()
+	pn := newProcNodes(t, bin, "http://"+f.hub.Addr(), []string{"n1"})["n1"]
+	pn.writeConfig(t, nil, nil)
+	// a node is planned once it reported: the agent registers, then stops
+	proc := pn.start(t)
+	upgWait(t, map[string]*upgAgent{"n1": proc}, "n1 reported", func() bool {
+		obs, _, err := f.hub.Engine().Observe(ctx)
+		return err == nil && obs["n1"] != nil
+	})
+	proc.stop()
+	gittest.Push(t, remote, brcs, nil, "Install a and b on n1")
+	item := func(rollout string) (fleetwave.Item, bool) {
+		_, its, err := f.hub.Engine().Rollout(ctx, rollout)
+		if err != nil || len(its) != 1 {
+			return fleetwave.Item{}, false
+		}
+		return its[0], true
+	}
+	waitItems(t, f, "a-g1", "its item queued", func(_ fleetwave.Rollout, its []fleetwave.Item) bool {
+		return len(its) == 1 && its[0].Status == fleetwave.ItemInProgress
+	})
+	waitItems(t, f, "b-g1", "its item queued", func(_ fleetwave.Rollout, its []fleetwave.Item) bool {
+		return len(its) == 1 && its[0].Status == fleetwave.ItemInProgress
+	})
+
+	proc = pn.start(t)
+	procs := map[string]*upgAgent{"n1": proc}
+	upgWait(t, procs, "the first action of the answer runs", func() bool { return readTrim(marks) != "" })
+	first := readTrim(marks)
+	second := map[string]string{"a": "b", "b": "a"}[first]
+	// both attempts came in one answer: the agent journalled the first and
+	// holds the answer's second, untaken, in memory
+	b, err := os.ReadFile(filepath.Join(pn.stateDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstItem, _ := item(first + "-g1")
+	secondItem, _ := item(second + "-g1")
+	if !strings.Contains(string(b), firstItem.LastAttempt) || strings.Contains(string(b), secondItem.LastAttempt) ||
+		secondItem.Status != fleetwave.ItemInProgress || secondItem.Attempts != 1 {
+		t.Fatalf("before the kill: %s's item %+v, %s's item %+v; journal:\n%s", first, firstItem, second, secondItem, b)
+	}
+	proc.kill()
+	killed := time.Now()
+	if err := os.Remove(hold); err != nil { // the next actions run through
+		t.Fatal(err)
+	}
+
+	upgWait(t, procs, second+"-g1 completed", func() bool {
+		it, ok := item(second + "-g1")
+		return ok && it.Status == fleetwave.ItemCompleted
+	})
+	t.Logf("%s's item completed %v after the kill", second, time.Since(killed).Round(time.Millisecond))
+	// the first's command may still run, orphaned: its item keeps its place
+	// until its deadline (then the report journalling it blocks it), and is
+	// never run again
+	upgWait(t, procs, "a report from the restarted agent", func() bool {
+		obs, _, err := f.hub.Engine().Observe(ctx)
+		return err == nil && obs["n1"] != nil && obs["n1"].SentAt.After(killed)
+	})
+	if it, _ := item(first + "-g1"); it.Status != fleetwave.ItemInProgress || it.Attempts != 1 || it.LastAttempt != firstItem.LastAttempt {
+		t.Fatalf("%s's item = %+v, want still in progress by its one attempt", first, it)
+	}
+	if it, _ := item(second + "-g1"); it.Attempts != 2 || it.LastAttempt == secondItem.LastAttempt {
+		t.Fatalf("%s's item = %+v, want completed by a second attempt (the first, %s, never taken)", second, it, secondItem.LastAttempt)
+	}
+	if got := strings.Fields(readTrim(marks)); !slices.Equal(got, []string{first, second}) {
+		t.Fatalf("actions run: %q, want %s then %s, once each", got, first, second)
+	}
+	if s := proc.startCount(); s != 2 {
+		t.Errorf("the agent was started %d times, want twice", s)
+	}
+	if !strings.Contains(f.logs.String(), "attempts delivered that the agent never received") {
+		t.Error("the hub did not log what it sent again")
 	}
 }
