@@ -115,7 +115,7 @@ type Hub struct {
 	gitFence int64
 	// rendered remembers, per path of a status document that is
 	// rewritten only when it changed (a node's document, a part of a large
-	// rollout's items), the digest of what it was rendered from and, until
+	// rollout's items), the digest of its bytes and, until
 	// a status commit landed it, its bytes (writeRendered; statusStep's
 	// goroutine only; forgotten when the fence changes).
 	rendered      map[string]*renderedDoc

@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -190,36 +189,31 @@ type statusBatch struct {
 	nodesBuilt, partsBuilt []string
 }
 
-// renderedDoc is a status document as last rendered: the digest of what
-// it was rendered from (its JSON form) and its bytes, nil once a landed
-// commit holds them.
+// renderedDoc is a status document as last rendered: the digest of its
+// bytes, and the bytes, nil once a landed commit holds them.
 type renderedDoc struct {
 	sum  [sha256.Size]byte
 	data []byte
 }
 
-// writeRendered puts the document at path, rendered from its JSON form j
-// (status.RenderJSON), into files, unless a landed status commit already
-// holds what j says: it is rendered only when it changed. A
+// writeRendered puts the document at path, rendered as data, into files,
+// unless a landed status commit already holds the same bytes. A
 // 100,000-node fleet's documents (one per node, a rollout's parts) took
 // nearly half of the hub's CPU when encoded and written again for every
-// commit. It returns whether files got the document.
-func (h *Hub) writeRendered(files map[string][]byte, path string, j []byte) (bool, error) {
-	sum := sha256.Sum256(j)
+// commit: they are rendered again only when what they are built from
+// changed. It returns whether files got the document.
+func (h *Hub) writeRendered(files map[string][]byte, path string, data []byte) bool {
+	sum := sha256.Sum256(data)
 	d := h.rendered[path]
 	if d == nil || d.sum != sum {
-		data, err := status.RenderJSON(j)
-		if err != nil {
-			return false, err
-		}
 		d = &renderedDoc{sum: sum, data: data}
 		h.rendered[path] = d
 	}
 	if d.data == nil {
-		return false, nil
+		return false
 	}
 	files[path] = d.data
-	return true, nil
+	return true
 }
 
 // keepRendered puts the document last rendered at path into files while no
@@ -332,15 +326,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 				}
 				continue
 			}
-			j, err := json.Marshal(pt)
+			data, err := status.RenderRolloutPart(pt)
 			if err != nil {
 				return statusBatch{}, fmt.Errorf("rollout %s part %d: %w", r.ID, pt.Part, err)
 			}
-			wrote, err := h.writeRendered(files, path, j)
-			if err != nil {
-				return statusBatch{}, fmt.Errorf("rollout %s part %d: %w", r.ID, pt.Part, err)
-			}
-			if wrote {
+			if h.writeRendered(files, path, data) {
 				rendered = append(rendered, path)
 			}
 			partItems[path] = slices.Clone(pt.Items)
@@ -446,11 +436,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("generation marks: %w", err)
 		}
-		wrote, err := h.writeRendered(files, status.GenerationMarksPath, j)
+		data, err := status.RenderJSON(j)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("generation marks: %w", err)
 		}
-		if wrote {
+		if h.writeRendered(files, status.GenerationMarksPath, data) {
 			rendered = append(rendered, status.GenerationMarksPath)
 		}
 		h.marksVersion = v
@@ -577,15 +567,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if len(in.held) > 0 {
 			ns.Held = in.held
 		}
-		j, err := status.NodeJSON(ns)
+		data, err := status.RenderNode(ns)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
 		}
-		wrote, err := h.writeRendered(files, path, j)
-		if err != nil {
-			return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
-		}
-		if wrote {
+		if h.writeRendered(files, path, data) {
 			rendered = append(rendered, path)
 		}
 		in.path, in.doc = path, h.rendered[path]
