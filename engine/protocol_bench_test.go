@@ -253,14 +253,24 @@ func BenchmarkPoll(b *testing.B) {
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
 }
 
+// counted is the number of items counted in m.
+func counted(m map[StatusReason]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // BenchmarkGauges: one read of the fleet gauges (a /metrics scrape) of
 // 10,000 nodes that each sent a full report, 100 of them again since the
-// last read.
+// last read, and an open rollout of 10,000 items (one per node, 100 at a
+// time) of which a wave completed and the next started since the last
+// read.
 func BenchmarkGauges(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
 	ctx := context.Background()
-	e, _ := benchEngine(b, rdb, "g")
-	const nodes = 10000
+	e, fence := benchEngine(b, rdb, "g")
+	const nodes, wave = 10000, 100
 	report := func(n int) {
 		r := fleetwave.Report{Node: fmt.Sprintf("n%d", n), SentAt: t0, AgentVersion: "1.0.0", Capabilities: []string{"systemd"}}
 		for k := range 3 {
@@ -274,8 +284,43 @@ func BenchmarkGauges(b *testing.B) {
 	for n := range nodes {
 		report(n)
 	}
-	if g, err := e.Gauges(ctx); err != nil || len(g.Reports) != nodes {
+	// a wave in flight; next completes it (the same script starts the
+	// one after), or starts a new rollout once the last completed
+	rollouts, w := 0, 0
+	start := func() {
+		rollouts++
+		if _, _, err := e.CreateRollout(ctx, fence, benchSpec(fmt.Sprintf("g%d", rollouts), nodes, nodes, wave)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Step(ctx, fence); err != nil {
+			b.Fatal(err)
+		}
+		w = 0
+	}
+	next := func() {
+		if w == nodes/wave {
+			start()
+			return
+		}
+		for n := w * wave; n < (w+1)*wave; n++ {
+			node := fmt.Sprintf("n%d", n)
+			as, err := e.Poll(ctx, node, 10, 0)
+			if err != nil || len(as) != 1 {
+				b.Fatalf("%s polled %d attempts (%v), want its item of wave %d", node, len(as), err, w)
+			}
+			if err := e.Complete(ctx, node, resultOf(as[0], fleetwave.ResultSuccess)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		w++
+	}
+	start()
+	g, err := e.Gauges(ctx)
+	if err != nil || len(g.Reports) != nodes {
 		b.Fatalf("%d reports read (%v), want %d", len(g.Reports), err, nodes)
+	}
+	if n := g.Items[StatusReason{"in_progress", ""}]; n != wave || counted(g.Items) != nodes {
+		b.Fatalf("items counted: %v, want %d, %d of them in progress", g.Items, nodes, wave)
 	}
 	var cpu float64
 	b.ResetTimer()
@@ -284,6 +329,7 @@ func BenchmarkGauges(b *testing.B) {
 		for n := range 100 {
 			report((i*100 + n) % nodes)
 		}
+		next()
 		timed(b, rdb, &cpu, func() {
 			if _, err := e.Gauges(ctx); err != nil {
 				b.Fatal(err)
