@@ -11,9 +11,8 @@ import (
 
 // TestGaugesCountTheOpenRolloutsItems: the gauges count the items of the
 // open rollouts by status and reason as Rollout reads them, after each
-// change (a wave started, results, a retry, a rollout finished), from
-// items kept between scrapes and read again where they changed; a finished
-// rollout's items are not counted.
+// change (a wave started, results, a retry, a rollout finished); a
+// finished rollout's items are not counted.
 func TestGaugesCountTheOpenRolloutsItems(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)

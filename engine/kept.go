@@ -25,20 +25,6 @@ import (
 // read, another run_id, the counter gone back, fullObserveEvery), and
 // keeps no finished rollout nor more than keptItemsMax items in all.
 func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
-	var (
-		r     fleetwave.Rollout
-		items []fleetwave.Item
-	)
-	err := e.readKept(ctx, id, func(kr fleetwave.Rollout, kitems []fleetwave.Item) {
-		r, items = kr, slices.Clone(kitems)
-	})
-	return r, items, err
-}
-
-// readKept reads rollout id as Rollout does and calls fn with it and the
-// items the Engine keeps, which fn must neither keep nor change: a reader
-// that only counts them copies nothing.
-func (e *Engine) readKept(ctx context.Context, id string, fn func(fleetwave.Rollout, []fleetwave.Item)) error {
 	k := e.kept.get(id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -58,17 +44,17 @@ func (e *Engine) readKept(ctx context.Context, id string, fn func(fleetwave.Roll
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			e.kept.drop(id, k)
-			return fmt.Errorf("read rollout %s: %w", id, err)
+			return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
 		}
 		version, server, trusted, err := e.checkMarks(ctx, marks, runID, k.at)
 		if err != nil {
 			e.kept.drop(id, k)
-			return err
+			return fleetwave.Rollout{}, nil, err
 		}
 		m := rec.Val()
 		if len(m) == 0 {
 			e.kept.drop(id, k)
-			return fmt.Errorf("rollout %s: %w", id, ErrNotFound)
+			return fleetwave.Rollout{}, nil, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
 		}
 		if !trusted {
 			incremental = false
@@ -101,7 +87,7 @@ func (e *Engine) readKept(ctx context.Context, id string, fn func(fleetwave.Roll
 		hashes, err := e.hashes(ctx, "i", read)
 		if err != nil {
 			e.kept.drop(id, k)
-			return err
+			return fleetwave.Rollout{}, nil, err
 		}
 		for i, h := range hashes {
 			k.items[k.pos[read[i]]] = decodeItem(h)
@@ -111,11 +97,11 @@ func (e *Engine) readKept(ctx context.Context, id string, fn func(fleetwave.Roll
 		} else {
 			k.at = obsMark{ver: version, server: server, full: now}
 		}
-		fn(r, k.items)
+		items := slices.Clone(k.items)
 		if !openStatus[string(r.Status)] || !e.kept.fits(id, k) {
 			e.kept.drop(id, k)
 		}
-		return nil
+		return r, items, nil
 	}
 }
 

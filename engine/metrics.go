@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/fleetwave/fleetwave"
 )
 
 // Bounds of a Gauges read: it looks at the newest GaugeRollouts rollouts
@@ -62,10 +60,9 @@ var openStatus = map[string]bool{"active": true, "paused": true, "blocked": true
 
 // Gauges reads the open rollouts and their items, the budgets (those of the
 // open rollouts and budgets), the lease and when each node last reported.
-// It counts the items the Engine keeps of the open rollouts (Rollout's, read
-// again only where they changed; one round trip per open rollout) and the
-// nodes' reports of ObservationsShared (the same), within the bounds above,
-// and reads the rest in four pipelined round trips.
+// It costs O(open rollouts' items + nodes), within the bounds above, in five
+// pipelined round trips, and the nodes' reports of ObservationsShared (read
+// again only where they changed).
 func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) {
 	g := Gauges{Rollouts: map[StatusReason]int{}, Items: map[StatusReason]int{}, Budgets: map[string]BudgetGauge{}, Reports: map[string]time.Time{}}
 
@@ -137,31 +134,12 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 		}
 	}
 
-	// their items, from those the Engine keeps (read again only where
-	// they changed): at 100,000 items, reading every item's status for
-	// each scrape took about a second
-	left := GaugeItems
-	for _, id := range open {
-		if left == 0 {
-			g.Truncated = true
-			break
-		}
-		err := e.readKept(ctx, id, func(_ fleetwave.Rollout, items []fleetwave.Item) {
-			if len(items) > left {
-				items, g.Truncated = items[:left], true
-			}
-			for i := range items {
-				g.Items[StatusReason{string(items[i].Status), items[i].Reason}]++
-			}
-			left -= len(items)
-		})
-		if err != nil && !errors.Is(err, ErrNotFound) { // gone meanwhile: not open
-			return g, fmt.Errorf("read items: %w", err)
-		}
-	}
-
-	// the rollouts sharing each budget
+	// their items, and the rollouts sharing each budget
 	pipe = e.rdb.Pipeline()
+	lists := make([]*redis.StringSliceCmd, len(open))
+	for i, id := range open {
+		lists[i] = pipe.LRange(ctx, e.key("r", id)+":items", 0, GaugeItems)
+	}
 	bnames := make([]string, 0, len(names))
 	for b := range names {
 		bnames = append(bnames, b)
@@ -176,6 +154,16 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 	}
 
 	pipe = e.rdb.Pipeline()
+	var items []*redis.SliceCmd
+	for _, l := range lists {
+		for _, id := range l.Val() {
+			if len(items) == GaugeItems {
+				g.Truncated = true
+				break
+			}
+			items = append(items, pipe.HMGet(ctx, e.key("i", id), "status", "reason"))
+		}
+	}
 	type member struct {
 		budget, rollout string
 		lanes           *redis.StringSliceCmd
@@ -188,10 +176,15 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 				lanes: pipe.HKeys(ctx, e.key("r", rid, "lanes")), cap: pipe.HGet(ctx, e.key("r", rid), "budget_cap")})
 		}
 	}
-	if len(mem) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return g, fmt.Errorf("read budgets: %w", err)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return g, fmt.Errorf("read item states: %w", err)
+	}
+	for _, c := range items {
+		v := c.Val()
+		if len(v) != 2 || v[0] == nil {
+			continue
 		}
+		g.Items[StatusReason{asString(v[0]), asString(v[1])}]++
 	}
 
 	// the items in flight of each budget's rollouts, per lane

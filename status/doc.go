@@ -13,7 +13,10 @@
 // Encoding. A document is rendered through its JSON form, so its field
 // names are the JSON names of its types and of the shared nouns it holds
 // (fleetwave.Rollout, fleetwave.Item, ...): the same names the API
-// answers with. The YAML starts with a comment saying the hub owns the
+// answers with. The two the hub writes most, a node's document and a part
+// of a rollout's items, have renderers of their own (RenderNode,
+// RenderRolloutPart) that build that form's generic value from the
+// fields directly; their bytes are the same (property tests). The YAML starts with a comment saying the hub owns the
 // file, then "format: <n>", then every other key sorted. Integers are
 // written as integers and times as quoted RFC 3339 strings. Nothing in a
 // document depends on the wall clock of the write, so writing the same
