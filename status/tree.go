@@ -17,9 +17,14 @@ import (
 // replaces) takes the JSON way.
 func RenderNode(n Node) ([]byte, error) {
 	t := treeBuilder{ok: true}
-	tree := t.node(n)
+	return t.render(t.node(n), func() ([]byte, error) { return NodeJSON(n) })
+}
+
+// render writes the document of tree, or renders its JSON form (form)
+// when a string of it is not as encoding/json would write it.
+func (t *treeBuilder) render(tree map[string]any, form func() ([]byte, error)) ([]byte, error) {
 	if !t.ok {
-		j, err := NodeJSON(n)
+		j, err := form()
 		if err != nil {
 			return nil, err
 		}
@@ -139,19 +144,7 @@ func (t *treeBuilder) node(n Node) map[string]any {
 // hold its items: thousands of items per status write at 100,000 nodes).
 func RenderRolloutPart(p RolloutPart) ([]byte, error) {
 	t := treeBuilder{ok: true}
-	tree := t.part(p)
-	if !t.ok {
-		j, err := json.Marshal(p)
-		if err != nil {
-			return nil, err
-		}
-		return RenderJSON(j)
-	}
-	b := startDoc()
-	if err := encodeYAML(b, tree); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return t.render(t.part(p), func() ([]byte, error) { return json.Marshal(p) })
 }
 
 // time is a time.Time's JSON form; encoding/json refuses a year it cannot

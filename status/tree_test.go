@@ -9,6 +9,22 @@ import (
 	"testing"
 )
 
+// sameBytes fails unless render writes the bytes encode does.
+func sameBytes(t *testing.T, what string, encode, render func() ([]byte, error)) {
+	t.Helper()
+	want, err := encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := render()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: bytes differ at %d", what, firstDiff(got, want))
+	}
+}
+
 // TestRenderNodeIsEncodeNode: RenderNode writes EncodeNode's bytes for
 // random nodes (every field set, left out, nil or empty; strings YAML
 // reads as other types, line breaks, invalid UTF-8) and for the shapes a
@@ -16,17 +32,7 @@ import (
 func TestRenderNodeIsEncodeNode(t *testing.T) {
 	check := func(what string, n Node) {
 		t.Helper()
-		want, err := EncodeNode(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := RenderNode(n)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: bytes differ at %d:\n%s\nwant:\n%s", what, firstDiff(got, want), got, want)
-		}
+		sameBytes(t, what, func() ([]byte, error) { return EncodeNode(n) }, func() ([]byte, error) { return RenderNode(n) })
 	}
 	for seed := range uint64(500) {
 		g := gen{r: rand.New(rand.NewPCG(seed, 29))}
@@ -54,17 +60,7 @@ func TestRenderNodeIsEncodeNode(t *testing.T) {
 func TestRenderRolloutPartIsEncodeRolloutPart(t *testing.T) {
 	check := func(what string, p RolloutPart) {
 		t.Helper()
-		want, err := EncodeRolloutPart(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := RenderRolloutPart(p)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: bytes differ at %d", what, firstDiff(got, want))
-		}
+		sameBytes(t, what, func() ([]byte, error) { return EncodeRolloutPart(p) }, func() ([]byte, error) { return RenderRolloutPart(p) })
 	}
 	for seed := range uint64(300) {
 		g := gen{r: rand.New(rand.NewPCG(seed, 31))}
