@@ -12,7 +12,8 @@ import (
 // TestGaugesCountTheOpenRolloutsItems: the gauges count the items of the
 // open rollouts by status and reason as Rollout reads them, after each
 // change (a wave started, results, a retry, a rollout finished); a
-// finished rollout's items are not counted.
+// finished rollout's items are not counted. The scripts count them as
+// they write them; a rollout created before they did is read item by item.
 func TestGaugesCountTheOpenRolloutsItems(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		h := newHarness(t, rdb)
@@ -60,5 +61,15 @@ func TestGaugesCountTheOpenRolloutsItems(t *testing.T) {
 		if g.Items[StatusReason{"retrying", "backoff"}] != 1 || g.Items[StatusReason{"completed", ""}] != 1 {
 			t.Fatalf("items counted %v, want web's n1 retrying and n2 completed", g.Items)
 		}
+
+		// a rollout an older build created has no counts: its items are
+		// read one by one
+		if err := rdb.HDel(h.ctx, h.e.key("r", web), "isr").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Del(h.ctx, h.e.key("isr", web)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		check("a rollout without counts", web)
 	})
 }

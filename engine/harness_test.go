@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"reflect"
 	"sort"
@@ -302,6 +303,7 @@ func (h *harness) check() {
 		if recount != r.Counters {
 			h.t.Fatalf("rollout %s counters %+v, items say %+v", r.ID, r.Counters, recount)
 		}
+		h.checkStatusReasons(r.ID, items)
 		for lane, n := range inFlight {
 			if n > max(r.MaxConcurrent, 1) {
 				h.t.Fatalf("rollout %s lane %q has %d items in flight, max_concurrent %d", r.ID, lane, n, r.MaxConcurrent)
@@ -376,6 +378,29 @@ func (h *harness) check() {
 type budgetUse struct {
 	inFlight map[string]int
 	cap      int
+}
+
+// checkStatusReasons asserts that the scripts' count of rollout id's items
+// by status and reason (what the gauges read) matches its items.
+func (h *harness) checkStatusReasons(id string, items []fleetwave.Item) {
+	h.t.Helper()
+	want := map[string]int64{}
+	for _, it := range items {
+		want[string(it.Status)+"\n"+it.Reason]++
+	}
+	kept, err := h.rdb.HGetAll(h.ctx, h.e.key("isr", id)).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for k, v := range kept {
+		if n, _ := strconv.ParseInt(v, 10, 64); n != 0 {
+			got[k] = n
+		}
+	}
+	if !maps.Equal(got, want) {
+		h.t.Fatalf("rollout %s: items counted by status and reason %v, items say %v", id, got, want)
+	}
 }
 
 func inFlightStatus(s fleetwave.ItemStatus) bool {

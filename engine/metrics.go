@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,7 +14,8 @@ import (
 // Bounds of a Gauges read: it looks at the newest GaugeRollouts rollouts
 // and the GaugeRollouts oldest active ones (a paused or blocked rollout
 // older than the newest GaugeRollouts is not seen), and at most GaugeItems
-// items, so a scrape stays cheap however long the history grows.
+// items of rollouts an older build created (it did not count them), so a
+// scrape stays cheap however long the history grows.
 // Gauges.Truncated says when the active rollouts or the items exceeded
 // their bound.
 const (
@@ -60,9 +62,10 @@ var openStatus = map[string]bool{"active": true, "paused": true, "blocked": true
 
 // Gauges reads the open rollouts and their items, the budgets (those of the
 // open rollouts and budgets), the lease and when each node last reported.
-// It costs O(open rollouts' items + nodes), within the bounds above, in five
-// pipelined round trips, and the nodes' reports of ObservationsShared (read
-// again only where they changed).
+// It costs O(open rollouts + nodes), within the bounds above, in five
+// pipelined round trips (the scripts count each rollout's items by status
+// and reason as they write them), and the nodes' reports of
+// ObservationsShared (read again only where they changed).
 func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) {
 	g := Gauges{Rollouts: map[StatusReason]int{}, Items: map[StatusReason]int{}, Budgets: map[string]BudgetGauge{}, Reports: map[string]time.Time{}}
 
@@ -110,12 +113,12 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 	pipe = e.rdb.Pipeline()
 	recs := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		recs[i] = pipe.HMGet(ctx, e.key("r", id), "status", "reason", "budget", "budget_cap")
+		recs[i] = pipe.HMGet(ctx, e.key("r", id), "status", "reason", "budget", "budget_cap", "isr")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return g, fmt.Errorf("read rollouts: %w", err)
 	}
-	var open []string
+	var open, counted []string
 	names := map[string]bool{}
 	for _, b := range budgets {
 		if b != "" {
@@ -124,18 +127,27 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 	}
 	for i, c := range recs {
 		v := c.Val()
-		if len(v) != 4 || !openStatus[asString(v[0])] {
+		if len(v) != 5 || !openStatus[asString(v[0])] {
 			continue
 		}
-		open = append(open, ids[i])
+		if asString(v[4]) == "1" {
+			counted = append(counted, ids[i])
+		} else {
+			open = append(open, ids[i])
+		}
 		g.Rollouts[StatusReason{asString(v[0]), asString(v[1])}]++
 		if b := asString(v[2]); b != "" {
 			names[b] = true
 		}
 	}
 
-	// their items, and the rollouts sharing each budget
+	// their items (counted by the scripts, or read one by one for a
+	// rollout an older build created), and the rollouts sharing each budget
 	pipe = e.rdb.Pipeline()
+	sums := make([]*redis.MapStringStringCmd, len(counted))
+	for i, id := range counted {
+		sums[i] = pipe.HGetAll(ctx, e.key("isr", id))
+	}
 	lists := make([]*redis.StringSliceCmd, len(open))
 	for i, id := range open {
 		lists[i] = pipe.LRange(ctx, e.key("r", id)+":items", 0, GaugeItems)
@@ -151,6 +163,14 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return g, fmt.Errorf("read items: %w", err)
+	}
+	for _, c := range sums {
+		for k, n := range c.Val() {
+			status, reason, _ := strings.Cut(k, "\n")
+			if n := int(atoi(n)); n != 0 {
+				g.Items[StatusReason{status, reason}] += n
+			}
+		}
 	}
 
 	pipe = e.rdb.Pipeline()

@@ -132,7 +132,7 @@ local function open_rollout()
     'failure_threshold', int(H.ftc or 0),
     'max_retries', int(H.max_retries or 0), 'backoff_ms', int(H.backoff_ms or 0), 'wave', '0', 'seq', int(seq), 'npos', '0',
     'budget', budget, 'budget_cap', int(H.budget_cap or 0), 'once', once and '1' or '0',
-    'hold', H.hold or '',
+    'hold', H.hold or '', 'isr', '1',
     'c_total', '0', 'c_done', '0', 'c_in_progress', '0', 'c_pending', '0', 'c_failed', '0', 'c_skipped', '0',
     'created_at', int(NOW), 'updated_at', int(NOW))
   if (H.hold or '') ~= '' then

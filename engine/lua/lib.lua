@@ -233,13 +233,37 @@ end
 -- hset_i writes fields of item id and marks it changed at the change
 -- counter this script leaves (zset ichg:<rollout>): Rollout reads again
 -- only the items of a rollout marked since the counter its last read saw.
--- Every write of an item goes through it.
+-- Every write of an item goes through it, so it also keeps the rollout's
+-- items counted by status and reason (hash isr:<rollout>, field
+-- "<status>\n<reason>"): the gauges read that instead of every item.
 local function hset_i(id, ...)
-  redis.call('HSET', k_i(id), ...)
   local rid = item_of(id) -- "<rollout>.<position>" splits as an attempt id does
   if rid then
+    local st, rs
+    local a = { ... }
+    for i = 1, #a - 1, 2 do
+      local f = a[i]
+      if f == 'status' then
+        st = a[i + 1]
+      elseif f == 'reason' then
+        rs = a[i + 1]
+      end
+    end
+    if st or rs then
+      local old = redis.call('HMGET', k_i(id), 'status', 'reason')
+      local was = old[1] and (old[1] .. '\n' .. (old[2] or ''))
+      local now = (st or old[1] or '') .. '\n' .. (rs or old[2] or '')
+      if was ~= now then
+        local k = P .. 'isr:' .. rid
+        if was then
+          redis.call('HINCRBY', k, was, -1)
+        end
+        redis.call('HINCRBY', k, now, 1)
+      end
+    end
     redis.call('ZADD', P .. 'ichg:' .. rid, version_after(), id)
   end
+  redis.call('HSET', k_i(id), ...)
 end
 
 local function bump()
