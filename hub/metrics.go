@@ -96,14 +96,13 @@ func newMetrics(h *Hub) *metrics {
 	// the Go defaults, and how long runnable goroutines waited for a core
 	// (go_sched_latencies_seconds): what an API answer waits for when the
 	// hub is busy, beside its own work
-	fleet := &fleetCollector{h: h}
 	goc := collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)}))
 	reg.MustRegister(goc, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
-		m.statusRolloutReads, &itemsCollector{h: h, fleet: fleet},
+		m.statusRolloutReads, &itemsCollector{h: h},
 		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused, m.unreceived,
-		fleet)
+		&fleetCollector{h: h})
 	return m
 }
 
@@ -207,12 +206,7 @@ func (m *metrics) countResult(res fleetwave.AttemptResult, err error) error {
 }
 
 // itemsCollector reads the engine's O(1) counters at scrape time.
-// itemsCollector serves the item and lane counters of the fleet
-// collector's engine read, and the polls waiting on this replica.
-type itemsCollector struct {
-	h     *Hub
-	fleet *fleetCollector
-}
+type itemsCollector struct{ h *Hub }
 
 var (
 	itemsDesc = prometheus.NewDesc("fleetwave_items", "Items by dashboard bucket (done, in_progress, pending, failed, skipped, total).", []string{"bucket"}, nil)
@@ -232,29 +226,33 @@ func (c *itemsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *itemsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(waiting, prometheus.GaugeValue, float64(c.h.eng.WaitingPolls()))
-	r := c.fleet.read()
-	if r == nil || r.err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cnt, err := c.h.eng.Counters(ctx)
+	if err != nil {
 		return
 	}
-	for bucket, v := range buckets(r.items) {
+	for bucket, v := range map[string]int64{"total": cnt.Total, "done": cnt.Done, "in_progress": cnt.InProgress,
+		"pending": cnt.Pending, "failed": cnt.Failed, "skipped": cnt.Skipped} {
 		ch <- prometheus.MustNewConstMetric(itemsDesc, prometheus.GaugeValue, float64(v), bucket)
 	}
-	for lane, d := range r.depths {
-		ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.Pending), lane, "pending")
-		ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.InFlight), lane, "in_flight")
-	}
-	for lane, cnt := range r.lanes {
-		for bucket, v := range buckets(cnt) {
-			ch <- prometheus.MustNewConstMetric(laneCount, prometheus.GaugeValue, float64(v), lane, bucket)
+	if lanes, err := c.h.eng.LaneDepths(ctx); err == nil {
+		for lane, d := range lanes {
+			ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.Pending), lane, "pending")
+			ch <- prometheus.MustNewConstMetric(laneDesc, prometheus.GaugeValue, float64(d.InFlight), lane, "in_flight")
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(outboxLen, prometheus.GaugeValue, float64(r.outbox))
-}
-
-// buckets are a dashboard's buckets of c.
-func buckets(c fleetwave.Counters) map[string]int64 {
-	return map[string]int64{"total": c.Total, "done": c.Done, "in_progress": c.InProgress,
-		"pending": c.Pending, "failed": c.Failed, "skipped": c.Skipped}
+	if lanes, err := c.h.eng.LaneCounters(ctx); err == nil {
+		for lane, cnt := range lanes {
+			for bucket, v := range map[string]int64{"total": cnt.Total, "done": cnt.Done, "in_progress": cnt.InProgress,
+				"pending": cnt.Pending, "failed": cnt.Failed, "skipped": cnt.Skipped} {
+				ch <- prometheus.MustNewConstMetric(laneCount, prometheus.GaugeValue, float64(v), lane, bucket)
+			}
+		}
+	}
+	if n, err := c.h.eng.OutboxLen(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(outboxLen, prometheus.GaugeValue, float64(n))
+	}
 }
 
 var (
@@ -283,125 +281,56 @@ var (
 		"1 for the result of the last sync (ok, rejected: the newest commit is invalid, error: fetch failed, none: not synced).", []string{"result"}, nil)
 	scrapeErrDesc = prometheus.NewDesc("fleetwave_engine_read_failed",
 		"1 when the engine read behind the fleet gauges failed at this scrape (the gauges it feeds are missing).", nil, nil)
-	readAgeDesc = prometheus.NewDesc("fleetwave_engine_read_age_seconds",
-		"Age of the engine read the fleet gauges come from (a scrape waits at most 100 ms for a new one, then answers from the last).", nil, nil)
 )
 
-// fleetCollector serves the engine's gauges (engine.Gauges: open rollouts
-// and their items, budgets, lease, reports), the approvals and the item
-// and lane counters from one read of Redis (engineRead), and the leader's
-// in-memory waits.
-//
-// A read younger than fleetCacheFor answers every scrape. An older one
-// starts a new read (one at a time), which a scrape waits for at most
-// fleetWaitFor: on a busy hub at 100,000 nodes a read's dozen round trips
-// wait behind the scripts Redis runs and for a core, about a second, and
-// the scrape then answers from the last read, whose age it serves
-// (fleetwave_engine_read_age_seconds).
+// fleetCollector reads the engine's gauges (engine.Gauges: open rollouts
+// and their items, budgets, lease, reports) and the approvals at scrape
+// time, at most once per fleetCacheFor, and the leader's in-memory waits.
 type fleetCollector struct {
 	h *Hub
 
-	mu      sync.Mutex
-	last    *engineRead   // the newest read that ended (nil: none yet)
-	running chan struct{} // closed when the read under way ends (nil: none)
+	mu   sync.Mutex
+	at   time.Time
+	g    engine.Gauges
+	appr []fleetwave.Approval
+	err  error
 }
 
-// engineRead is one read of what the engine gauges need.
-type engineRead struct {
-	at     time.Time // when it started
-	err    error
-	g      engine.Gauges
-	appr   []fleetwave.Approval
-	items  fleetwave.Counters
-	depths map[string]engine.LaneDepth
-	lanes  map[string]fleetwave.Counters
-	outbox int64
-}
-
-const (
-	// fleetCacheFor is how long one engine read serves scrapes: several
-	// Prometheus servers scraping together cost one read.
-	fleetCacheFor = 2 * time.Second
-	// fleetWaitFor is how long a scrape waits for a new read before it
-	// answers from the last one.
-	fleetWaitFor = 100 * time.Millisecond
-	// fleetReadTimeout bounds a read (and the first scrape's wait, which
-	// has no last read to answer from).
-	fleetReadTimeout = 5 * time.Second
-)
+// fleetCacheFor is how long one engine read serves scrapes: several
+// Prometheus servers scraping together cost one read.
+const fleetCacheFor = 2 * time.Second
 
 var approvalStates = []fleetwave.ApprovalState{fleetwave.ApprovalPending, fleetwave.ApprovalApproved, fleetwave.ApprovalConsumed,
 	fleetwave.ApprovalRejected, fleetwave.ApprovalExpired, fleetwave.ApprovalStale, fleetwave.ApprovalRefused}
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{openRolloutsDesc, openItemsDesc, truncatedDesc, brcInFlightDesc, brcCapDesc, epochDesc,
-		leaseHeldDesc, agentsDesc, approvalsDesc, brcsWaitingDesc, syncDesc, scrapeErrDesc, readAgeDesc} {
+		leaseHeldDesc, agentsDesc, approvalsDesc, brcsWaitingDesc, syncDesc, scrapeErrDesc} {
 		ch <- d
 	}
 }
 
-// read returns the engine read a scrape answers from (nil when the first
-// one has not ended within fleetReadTimeout).
-func (c *fleetCollector) read() *engineRead {
-	c.mu.Lock()
-	if c.last != nil && time.Since(c.last.at) < fleetCacheFor {
-		defer c.mu.Unlock()
-		return c.last
-	}
-	done := c.running
-	if done == nil {
-		done = make(chan struct{})
-		c.running = done
-		go c.refresh(done)
-	}
-	wait := fleetWaitFor
-	if c.last == nil {
-		wait = fleetReadTimeout
-	}
-	c.mu.Unlock()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+// read returns the cached engine read, renewed when older than fleetCacheFor.
+func (c *fleetCollector) read(snap *fleetwave.Snapshot) (engine.Gauges, []fleetwave.Approval, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.last
-}
-
-// refresh reads the engine and keeps the read, then closes done.
-func (c *fleetCollector) refresh(done chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), fleetReadTimeout)
+	if !c.at.IsZero() && time.Since(c.at) < fleetCacheFor {
+		return c.g, c.appr, c.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	h := c.h
-	r := &engineRead{at: time.Now()}
 	var brcs []string
-	if snap := h.Snapshot(); snap != nil {
+	if snap != nil {
 		for name := range snap.Triggers {
 			brcs = append(brcs, name)
 		}
 	}
-	r.g, r.err = h.eng.Gauges(ctx, brcs...)
-	if r.err == nil {
-		r.appr, r.err = h.eng.Approvals(ctx)
+	c.g, c.err = c.h.eng.Gauges(ctx, brcs...)
+	if c.err == nil {
+		c.appr, c.err = c.h.eng.Approvals(ctx)
 	}
-	if r.err == nil {
-		r.items, r.err = h.eng.Counters(ctx)
-	}
-	if r.err == nil {
-		r.depths, r.err = h.eng.LaneDepths(ctx)
-	}
-	if r.err == nil {
-		r.lanes, r.err = h.eng.LaneCounters(ctx)
-	}
-	if r.err == nil {
-		r.outbox, r.err = h.eng.OutboxLen(ctx)
-	}
-	c.mu.Lock()
-	c.last, c.running = r, nil
-	c.mu.Unlock()
-	close(done)
+	c.at = time.Now()
+	return c.g, c.appr, c.err
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -428,17 +357,11 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	snap := h.Snapshot()
-	r := c.read()
-	if r == nil {
-		gauge(scrapeErrDesc, 1) // the first read has not ended
+	g, appr, err := c.read(snap)
+	gauge(scrapeErrDesc, b2f(err != nil))
+	if err != nil {
 		return
 	}
-	gauge(readAgeDesc, time.Since(r.at).Seconds())
-	gauge(scrapeErrDesc, b2f(r.err != nil))
-	if r.err != nil {
-		return
-	}
-	g, appr := r.g, r.appr
 	for k, n := range merged(g.Rollouts) {
 		gauge(openRolloutsDesc, float64(n), k.Status, k.Reason)
 	}

@@ -311,52 +311,6 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 	checkDocumented(t, after)
 }
 
-// TestAScrapeDoesNotWaitForABusyRedis: while Redis runs a long script (at
-// 100,000 nodes a wave's start holds it for hundreds of ms), a scrape whose
-// engine read is due answers from the last read, with its age, instead of
-// waiting; the read that was started then serves the next scrapes.
-func TestAScrapeDoesNotWaitForABusyRedis(t *testing.T) {
-	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
-	remote := gittest.NewRemote(t, troubleFleet())
-	srv := redistest.Start(t)
-	f := startFleetCfg(t, remote, "unix://"+srv.Addr, []string{"n1", "n2", "n3"}, troubleClock(), troubleConfig)
-	addr := f.hub.Addr()
-	waitMetric(t, addr, "the hub leads", is(1), "fleetwave_lease_held")
-	time.Sleep(2100 * time.Millisecond) // the read is due again (it serves 2 s)
-
-	// Redis runs a script of 4 s
-	rdb := srv.Client(t)
-	busy := make(chan error, 1)
-	go func() {
-		busy <- rdb.Eval(context.Background(), `local t = redis.call('TIME')
-local t0 = t[1] * 1000000 + t[2]
-while true do
-  local n = redis.call('TIME')
-  if n[1] * 1000000 + n[2] - t0 > 4000000 then return 1 end
-end`, nil).Err()
-	}()
-	time.Sleep(500 * time.Millisecond) // under way
-	s := parseScrape(t, httpGet(t, "http://"+addr+"/metrics"))
-	select {
-	case err := <-busy:
-		t.Fatalf("the scrape waited for Redis's script to end (%v)", err)
-	default:
-	}
-	if age := s.sum("fleetwave_engine_read_age_seconds"); age < 2 {
-		t.Fatalf("the scrape's engine read is %.2f s old, want the last one (2 s or more)", age)
-	}
-	if s.sum("fleetwave_engine_read_failed") != 0 || s.sum("fleetwave_lease_held") != 1 {
-		t.Fatalf("the last read's gauges are not served: read_failed %v, lease_held %v",
-			s.sum("fleetwave_engine_read_failed"), s.sum("fleetwave_lease_held"))
-	}
-	if err := <-busy; err != nil {
-		t.Fatal(err)
-	}
-	// the read started then (or a later one) ends and answers
-	waitMetric(t, addr, "a new read", func(age float64) bool { return age < 2 }, "fleetwave_engine_read_age_seconds")
-}
-
 // seriesName matches a fleetwave series name in a document or expression.
 var seriesName = regexp.MustCompile(`\bfleetwave_[a-z0-9_]+`)
 
