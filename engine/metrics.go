@@ -118,7 +118,7 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return g, fmt.Errorf("read rollouts: %w", err)
 	}
-	var open, counted []string
+	var counted, uncounted []string // open rollouts, with and without the scripts' counts
 	names := map[string]bool{}
 	for _, b := range budgets {
 		if b != "" {
@@ -133,7 +133,7 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 		if asString(v[4]) == "1" {
 			counted = append(counted, ids[i])
 		} else {
-			open = append(open, ids[i])
+			uncounted = append(uncounted, ids[i])
 		}
 		g.Rollouts[StatusReason{asString(v[0]), asString(v[1])}]++
 		if b := asString(v[2]); b != "" {
@@ -148,8 +148,8 @@ func (e *Engine) Gauges(ctx context.Context, budgets ...string) (Gauges, error) 
 	for i, id := range counted {
 		sums[i] = pipe.HGetAll(ctx, e.key("isr", id))
 	}
-	lists := make([]*redis.StringSliceCmd, len(open))
-	for i, id := range open {
+	lists := make([]*redis.StringSliceCmd, len(uncounted))
+	for i, id := range uncounted {
 		lists[i] = pipe.LRange(ctx, e.key("r", id)+":items", 0, GaugeItems)
 	}
 	bnames := make([]string, 0, len(names))

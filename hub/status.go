@@ -200,8 +200,9 @@ type renderedDoc struct {
 // unless a landed status commit already holds the same bytes. A
 // 100,000-node fleet's documents (one per node, a rollout's parts) took
 // nearly half of the hub's CPU when encoded and written again for every
-// commit: they are rendered again only when what they are built from
-// changed. It returns whether files got the document.
+// commit: the callers render them again only when what they are built
+// from changed (nodeInputs, partItems). It returns whether files got the
+// document.
 func (h *Hub) writeRendered(files map[string][]byte, path string, data []byte) bool {
 	sum := sha256.Sum256(data)
 	d := h.rendered[path]
