@@ -84,13 +84,13 @@ func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []f
 			}
 			read = k.ids
 		}
-		hashes, err := e.hashes(ctx, "i", read)
+		got, err := e.items(ctx, read)
 		if err != nil {
 			e.kept.drop(id, k)
 			return fleetwave.Rollout{}, nil, err
 		}
-		for i, h := range hashes {
-			k.items[k.pos[read[i]]] = decodeItem(h)
+		for i, it := range got {
+			k.items[k.pos[read[i]]] = it
 		}
 		if incremental {
 			k.at.ver = version

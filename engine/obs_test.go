@@ -114,7 +114,7 @@ type obsReads struct {
 }
 
 func (r *obsReads) count(cmd redis.Cmder) {
-	if cmd.Name() == "hgetall" && strings.Contains(fmt.Sprint(cmd.Args()[1]), r.what) {
+	if (cmd.Name() == "hgetall" || cmd.Name() == "hmget") && strings.Contains(fmt.Sprint(cmd.Args()[1]), r.what) {
 		r.n.Add(1)
 	}
 }

@@ -67,13 +67,9 @@ func (e *Engine) RolloutPage(ctx context.Context, id, after string, limit int) (
 	if more {
 		list = list[:limit]
 	}
-	maps, err := e.hashes(ctx, "i", list)
+	items, err := e.items(ctx, list)
 	if err != nil {
 		return fleetwave.Rollout{}, nil, false, err
-	}
-	items := make([]fleetwave.Item, 0, len(maps))
-	for _, im := range maps {
-		items = append(items, decodeItem(im))
 	}
 	return decodeRollout(m), items, more, nil
 }

@@ -132,7 +132,8 @@ func TestRolloutPageRefusesForeignCursors(t *testing.T) {
 }
 
 // BenchmarkRolloutPage reads a rollout of 10,000 items as the console's
-// first page (500 items) and whole (Rollout):
+// first page (500 items) and whole (Rollout: again, with nothing changed,
+// and anew, by an Engine that kept nothing):
 //
 //	go test -run XXX -bench RolloutPage ./engine/
 func BenchmarkRolloutPage(b *testing.B) {
@@ -169,6 +170,14 @@ func BenchmarkRolloutPage(b *testing.B) {
 	b.Run(fmt.Sprintf("whole_%d", n), func(b *testing.B) {
 		for b.Loop() {
 			if _, items, err := e.Rollout(ctx, id); err != nil || len(items) != n {
+				b.Fatalf("%d items, %v", len(items), err)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("whole_%d_anew", n), func(b *testing.B) {
+		for b.Loop() {
+			fresh := New(rdb, WithClock(clock.NewFake(t0)), WithPrefix("bench"))
+			if _, items, err := fresh.Rollout(ctx, id); err != nil || len(items) != n || items[n-1].Node == "" {
 				b.Fatalf("%d items, %v", len(items), err)
 			}
 		}
