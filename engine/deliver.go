@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,6 +43,12 @@ const muxIdle = 30 * time.Second
 // muxRetry is the pause before the mux subscribes again after an error.
 const muxRetry = 500 * time.Millisecond
 
+// muxShards divides the registry of waiting Polls by node. At 100,000
+// agents one lock over the registry had, on two cores, some five Polls
+// waiting for it at any time: a holder preempted with it held kept them
+// all waiting, and the mux's claim of a wave's nodes behind them.
+const muxShards = 64
+
 // waiter is a Poll waiting for its node's queue.
 type waiter struct {
 	node string
@@ -61,77 +69,132 @@ type popped struct {
 	woken bool
 }
 
-// mux is the Engine's delivery multiplexer (see above).
+// mux is the Engine's delivery multiplexer (see above). Its waiting Polls
+// are kept in shards by node, each under its own lock. The subscription's
+// state (subscribed, epoch) is read under any one shard's lock and
+// written with every shard's held (on a confirmation or a loss, rare), so
+// a Poll registering sees it as the claim of every waiter does.
 type mux struct {
-	mu         sync.Mutex
-	waiters    map[string][]*waiter // by node, oldest first
-	n          int                  // waiters in the map
-	running    bool                 // the subscriber goroutine runs
-	run        int                  // which one (an ending one may still finish)
-	subscribed bool                 // its subscription is confirmed
-	epoch      int                  // confirmations so far
-	looked     map[string]int       // node -> epoch its queue was last looked at in
-	unclaimed  map[string]bool      // nodes announced while none of their Polls waited
-	woken      map[string]bool      // nodes woken while none of their Polls waited
-	idle       time.Duration        // muxIdle unless a test sets it before the first Poll
+	shards [muxShards]muxShard
+
+	ctl     sync.Mutex // guards run and the changes of running
+	running atomic.Bool
+	run     int // which subscriber runs (an ending one may still finish)
+
+	subscribed bool          // its subscription is confirmed (every shard's lock to write)
+	epoch      int           // confirmations so far (the same)
+	idle       time.Duration // muxIdle unless a test sets it before the first Poll
+}
+
+// muxShard is one shard of the waiting Polls.
+type muxShard struct {
+	mu        sync.Mutex
+	waiters   map[string][]*waiter // by node, oldest first
+	n         int                  // waiters in the map
+	looked    map[string]int       // node -> epoch its queue was last looked at in
+	unclaimed map[string]bool      // nodes announced while none of their Polls waited
+	woken     map[string]bool      // nodes woken while none of their Polls waited
+}
+
+var muxSeed = maphash.MakeSeed()
+
+// shard returns node's shard.
+func (m *mux) shard(node string) *muxShard {
+	return &m.shards[maphash.String(muxSeed, node)%muxShards]
+}
+
+// lockAll takes every shard's lock, in order; unlockAll releases them.
+func (m *mux) lockAll() {
+	for i := range m.shards {
+		m.shards[i].mu.Lock()
+	}
+}
+
+func (m *mux) unlockAll() {
+	for i := range m.shards {
+		m.shards[i].mu.Unlock()
+	}
+}
+
+// waiting counts the waiting Polls; every shard's lock held.
+func (m *mux) waiting() int {
+	n := 0
+	for i := range m.shards {
+		n += m.shards[i].n
+	}
+	return n
 }
 
 // WaitingPolls returns how many Polls wait for their queue on this Engine.
 func (e *Engine) WaitingPolls() int {
-	e.mux.mu.Lock()
-	defer e.mux.mu.Unlock()
-	return e.mux.n
+	n := 0
+	for i := range e.mux.shards {
+		sh := &e.mux.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // register adds a waiting Poll and starts the subscriber when needed; it
 // reports whether the Poll must look at its queue itself (see above).
 func (e *Engine) register(w *waiter) bool {
 	m := &e.mux
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.waiters == nil {
-		m.waiters = map[string][]*waiter{}
-		m.looked = map[string]int{}
-		m.unclaimed = map[string]bool{}
+	sh := m.shard(w.node)
+	sh.mu.Lock()
+	if sh.waiters == nil {
+		sh.waiters = map[string][]*waiter{}
+		sh.looked = map[string]int{}
+		sh.unclaimed = map[string]bool{}
 	}
-	if m.woken[w.node] {
+	if sh.woken[w.node] {
 		// woken while its last Poll was claimed (between two waits): this
 		// one ends at once, as that one would have
-		delete(m.woken, w.node)
+		delete(sh.woken, w.node)
 		w.got <- popped{woken: true}
 	} else {
-		m.waiters[w.node] = append(m.waiters[w.node], w)
-		m.n++
+		sh.waiters[w.node] = append(sh.waiters[w.node], w)
+		sh.n++
 	}
-	if !m.running {
-		m.running = true
-		m.run++
-		go e.subscribe(m.run)
+	look := true
+	if m.subscribed && sh.looked[w.node] == m.epoch && !sh.unclaimed[w.node] {
+		look = false
+	} else {
+		if m.subscribed {
+			sh.looked[w.node] = m.epoch
+		}
+		delete(sh.unclaimed, w.node)
 	}
-	if m.subscribed && m.looked[w.node] == m.epoch && !m.unclaimed[w.node] {
-		return false
+	sh.mu.Unlock()
+	// after the waiter is in its shard: a subscriber that ends for lack
+	// of waiters either saw it or left running false for this to see
+	if !m.running.Load() {
+		m.ctl.Lock()
+		if !m.running.Load() {
+			m.running.Store(true)
+			m.run++
+			go e.subscribe(m.run)
+		}
+		m.ctl.Unlock()
 	}
-	if m.subscribed {
-		m.looked[w.node] = m.epoch
-	}
-	delete(m.unclaimed, w.node)
-	return true
+	return look
 }
 
 // unregister removes w unless the mux claimed it; it reports whether it
 // did (false: a pop for w is under way and will arrive on w.got).
 func (e *Engine) unregister(w *waiter) bool {
-	m := &e.mux
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ws := m.waiters[w.node]
+	sh := e.mux.shard(w.node)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ws := sh.waiters[w.node]
 	for i, x := range ws {
 		if x == w {
-			m.waiters[w.node] = append(ws[:i:i], ws[i+1:]...)
-			if len(m.waiters[w.node]) == 0 {
-				delete(m.waiters, w.node)
+			sh.waiters[w.node] = append(ws[:i:i], ws[i+1:]...)
+			if len(sh.waiters[w.node]) == 0 {
+				delete(sh.waiters, w.node)
 			}
-			m.n--
+			sh.n--
 			return true
 		}
 	}
@@ -143,70 +206,63 @@ func (e *Engine) unregister(w *waiter) bool {
 // (the hub: a report, to settle an ambiguous item) rather than at the end
 // of their wait. Their next Polls look at their queues as usual.
 func (e *Engine) Wake(nodes []string) {
-	m := &e.mux
 	var ws []*waiter
-	m.mu.Lock()
 	for _, node := range nodes {
-		if len(m.waiters[node]) == 0 {
+		sh := e.mux.shard(node)
+		sh.mu.Lock()
+		if len(sh.waiters[node]) == 0 {
 			// none waits now (one may be claimed, about to wait again): the
 			// node's next Poll ends at once
-			if m.woken == nil {
-				m.woken = map[string]bool{}
+			if sh.woken == nil {
+				sh.woken = map[string]bool{}
 			}
-			m.woken[node] = true
-			continue
+			sh.woken[node] = true
+		} else {
+			ws = append(ws, sh.waiters[node]...)
+			sh.n -= len(sh.waiters[node])
+			delete(sh.waiters, node)
 		}
-		ws = append(ws, m.waiters[node]...)
-		m.n -= len(m.waiters[node])
-		delete(m.waiters, node)
+		sh.mu.Unlock()
 	}
-	m.mu.Unlock()
 	for _, w := range ws {
 		w.got <- popped{woken: true} // out of the map: nothing else sends
 	}
 }
 
-// claim takes the oldest waiting Poll of each node (every waiting Poll
-// when nodes is nil) out of the map.
+// claim takes the oldest waiting Poll of each of nodes out of the map,
+// each shard's nodes under one hold of its lock.
 func (e *Engine) claim(nodes []string) []*waiter {
-	e.mux.mu.Lock()
-	defer e.mux.mu.Unlock()
-	return e.claimLocked(nodes)
-}
-
-// claimLocked is claim with e.mux.mu held.
-func (e *Engine) claimLocked(nodes []string) []*waiter {
 	m := &e.mux
-	var out []*waiter
-	take := func(node string, all bool) {
-		ws := m.waiters[node]
-		if len(ws) == 0 {
-			return
-		}
-		k := 1
-		if all {
-			k = len(ws)
-		}
-		out = append(out, ws[:k]...)
-		if k == len(ws) {
-			delete(m.waiters, node)
-		} else {
-			m.waiters[node] = ws[k:]
-		}
-		m.n -= k
-	}
-	if nodes == nil {
-		for node := range m.waiters {
-			take(node, true)
-		}
-		return out
-	}
+	var by [muxShards][]string
 	for _, node := range nodes {
-		if len(m.waiters[node]) == 0 {
-			m.unclaimed[node] = true // the node's next Poll looks
+		i := maphash.String(muxSeed, node) % muxShards
+		by[i] = append(by[i], node)
+	}
+	var out []*waiter
+	for i := range by {
+		if len(by[i]) == 0 {
 			continue
 		}
-		take(node, false)
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for _, node := range by[i] {
+			ws := sh.waiters[node]
+			if len(ws) == 0 {
+				if sh.unclaimed == nil {
+					sh.unclaimed = map[string]bool{}
+				}
+				sh.unclaimed[node] = true // the node's next Poll looks
+				continue
+			}
+			out = append(out, ws[0])
+			if len(ws) == 1 {
+				delete(sh.waiters, node)
+			} else {
+				sh.waiters[node] = ws[1:]
+			}
+			sh.n--
+		}
+		sh.mu.Unlock()
 	}
 	return out
 }
@@ -216,22 +272,36 @@ func (e *Engine) claimLocked(nodes []string) []*waiter {
 // waiting Poll.
 func (e *Engine) confirmed(run int) []*waiter {
 	m := &e.mux
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ctl.Lock()
+	defer m.ctl.Unlock()
+	m.lockAll()
+	defer m.unlockAll()
 	m.subscribed = m.run == run
 	m.epoch++
-	clear(m.unclaimed)
-	return e.claimLocked(nil)
+	var out []*waiter
+	for i := range m.shards {
+		sh := &m.shards[i]
+		clear(sh.unclaimed)
+		for _, ws := range sh.waiters {
+			out = append(out, ws...)
+		}
+		clear(sh.waiters)
+		sh.n = 0
+	}
+	return out
 }
 
 // unsubscribed says announcements may be missed until the next
 // confirmation (unless a newer subscriber runs already).
 func (e *Engine) unsubscribed(run int) {
-	e.mux.mu.Lock()
-	if e.mux.run == run {
-		e.mux.subscribed = false
+	m := &e.mux
+	m.ctl.Lock()
+	defer m.ctl.Unlock()
+	if m.run == run {
+		m.lockAll()
+		m.subscribed = false
+		m.unlockAll()
 	}
-	e.mux.mu.Unlock()
 }
 
 // popFor pops the queues of claimed waiters in one pipeline and hands each
@@ -361,25 +431,37 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, run int, subscrib
 // muxStop ends subscriber run whatever waits (the next waiting Poll starts
 // another).
 func (e *Engine) muxStop(run int) {
-	e.mux.mu.Lock()
-	if e.mux.run == run {
-		e.mux.running = false
+	m := &e.mux
+	m.ctl.Lock()
+	if m.run == run {
+		m.running.Store(false)
 	}
-	e.mux.mu.Unlock()
+	m.ctl.Unlock()
 }
 
 // muxDone reports whether subscriber run ends: when no Poll waits, or when
 // a newer one took over.
 func (e *Engine) muxDone(run int) bool {
 	m := &e.mux
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ctl.Lock()
+	defer m.ctl.Unlock()
 	if m.run != run {
 		return true
 	}
-	if m.n > 0 {
+	m.lockAll()
+	defer m.unlockAll()
+	if m.waiting() > 0 {
 		return false
 	}
-	m.running = false
+	m.running.Store(false)
 	return true
+}
+
+// state is the mux's subscription and waiting Polls, for tests.
+func (m *mux) state() (subscribed, running bool, waiting int) {
+	m.ctl.Lock()
+	defer m.ctl.Unlock()
+	m.lockAll()
+	defer m.unlockAll()
+	return m.subscribed, m.running.Load(), m.waiting()
 }

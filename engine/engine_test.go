@@ -868,9 +868,8 @@ func TestWakeEndsAWaitingPoll(t *testing.T) {
 func waitMux(t *testing.T, e *Engine, n int) {
 	t.Helper()
 	settled := func() bool {
-		e.mux.mu.Lock()
-		defer e.mux.mu.Unlock()
-		return e.mux.subscribed && e.mux.n == n
+		subscribed, _, waiting := e.mux.state()
+		return subscribed && waiting == n
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !settled() {
@@ -1182,9 +1181,7 @@ func TestDeliveryMux(t *testing.T) {
 				if as, err := h.e.Poll(h.ctx, "n1", 1, 50*time.Millisecond); err != nil || len(as) != 0 {
 					t.Fatalf("poll before the wave: %v (%v)", ids(as), err)
 				}
-				h.e.mux.mu.Lock()
-				confirmed := h.e.mux.subscribed
-				h.e.mux.mu.Unlock()
+				confirmed, _, _ := h.e.mux.state()
 				if confirmed || time.Now().After(deadline) {
 					break
 				}
@@ -1219,9 +1216,8 @@ func TestDeliveryMux(t *testing.T) {
 		// the poll waits on a confirmed subscription: what is queued now
 		// is popped by the mux, with a pipelined EVALSHA
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			h.e.mux.mu.Lock()
-			ready := h.e.mux.subscribed && h.e.mux.n == 1
-			h.e.mux.mu.Unlock()
+			subscribed, _, waiting := h.e.mux.state()
+			ready := subscribed && waiting == 1
 			if ready {
 				break
 			}
@@ -1249,9 +1245,8 @@ func TestDeliveryMux(t *testing.T) {
 			t.Fatalf("poll before the wave: %v (%v)", ids(as), err)
 		}
 		running := func() bool {
-			h.e.mux.mu.Lock()
-			defer h.e.mux.mu.Unlock()
-			return h.e.mux.running
+			_, running, _ := h.e.mux.state()
+			return running
 		}
 		for deadline := time.Now().Add(5 * time.Second); running(); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,4 +338,23 @@ func BenchmarkGauges(b *testing.B) {
 		})
 	}
 	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+}
+
+// BenchmarkPollRegistry: Polls of distinct nodes registering and leaving
+// the mux's registry of waiting Polls, 512 at once on the machine's
+// cores, as held polls come and go at 100,000 agents (no attempt queued).
+func BenchmarkPollRegistry(b *testing.B) {
+	e := New(redistest.Start(b).Client(b), WithPrefix("reg"))
+	var next atomic.Int64
+	b.SetParallelism(256)
+	b.RunParallel(func(pb *testing.PB) {
+		node := fmt.Sprintf("n%d", next.Add(1))
+		for pb.Next() {
+			w := &waiter{node: node, max: 1, got: make(chan popped, 1)}
+			e.register(w)
+			if !e.unregister(w) {
+				<-w.got
+			}
+		}
+	})
 }
