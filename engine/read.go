@@ -544,13 +544,66 @@ func decodeRollout(m map[string]string) fleetwave.Rollout {
 	return r
 }
 
-// itemFields are the fields of an item record an Item is made of, in the
-// order itemOf reads them: a read of many items asks for these alone
-// (HMGET), not for the whole record.
-var itemFields = [...]string{"id", "rollout", "node", "block", "action", "generation", "target_version",
-	"config_hash", "managed_by", "criticality", "status", "reason", "source", "source_user", "wave",
-	"retry_count", "retry_after", "dispatched_at", "completed_at", "attempts", "last_attempt",
-	"last_class", "desired_state", "message", "output"}
+// The fields of an item record an Item is made of, by position in
+// itemFields.
+const (
+	ifID = iota
+	ifRollout
+	ifNode
+	ifBlock
+	ifAction
+	ifGeneration
+	ifTargetVersion
+	ifConfigHash
+	ifManagedBy
+	ifCriticality
+	ifStatus
+	ifReason
+	ifSource
+	ifSourceUser
+	ifWave
+	ifRetryCount
+	ifRetryAfter
+	ifDispatchedAt
+	ifCompletedAt
+	ifAttempts
+	ifLastAttempt
+	ifLastClass
+	ifDesiredState
+	ifMessage
+	ifOutput
+	nItemFields
+)
+
+// itemFields names them: a read of many items asks for these alone
+// (HMGET), not for the whole record, and itemOf reads them by position.
+var itemFields = [nItemFields]string{
+	ifID:            "id",
+	ifRollout:       "rollout",
+	ifNode:          "node",
+	ifBlock:         "block",
+	ifAction:        "action",
+	ifGeneration:    "generation",
+	ifTargetVersion: "target_version",
+	ifConfigHash:    "config_hash",
+	ifManagedBy:     "managed_by",
+	ifCriticality:   "criticality",
+	ifStatus:        "status",
+	ifReason:        "reason",
+	ifSource:        "source",
+	ifSourceUser:    "source_user",
+	ifWave:          "wave",
+	ifRetryCount:    "retry_count",
+	ifRetryAfter:    "retry_after",
+	ifDispatchedAt:  "dispatched_at",
+	ifCompletedAt:   "completed_at",
+	ifAttempts:      "attempts",
+	ifLastAttempt:   "last_attempt",
+	ifLastClass:     "last_class",
+	ifDesiredState:  "desired_state",
+	ifMessage:       "message",
+	ifOutput:        "output",
+}
 
 // itemFieldArgs is itemFields as command arguments.
 var itemFieldArgs = func() []any {
@@ -562,7 +615,7 @@ var itemFieldArgs = func() []any {
 }()
 
 func decodeItem(m map[string]string) fleetwave.Item {
-	var v [len(itemFields)]string
+	var v [nItemFields]string
 	for i, f := range itemFields {
 		v[i] = m[f]
 	}
@@ -570,33 +623,33 @@ func decodeItem(m map[string]string) fleetwave.Item {
 }
 
 // itemOf makes an Item of its record's itemFields, in that order.
-func itemOf(v *[len(itemFields)]string) fleetwave.Item {
+func itemOf(v *[nItemFields]string) fleetwave.Item {
 	return fleetwave.Item{
-		ID:            v[0],
-		Rollout:       v[1],
-		Node:          v[2],
-		Block:         v[3],
-		Action:        v[4],
-		Generation:    atoi(v[5]),
-		TargetVersion: v[6],
-		ConfigHash:    v[7],
-		ManagedBy:     v[8],
-		Criticality:   fleetwave.Criticality(v[9]),
-		Status:        fleetwave.ItemStatus(v[10]),
-		Reason:        v[11],
-		Source:        fleetwave.ItemSource(v[12]),
-		SourceUser:    v[13],
-		Wave:          int(atoi(v[14])),
-		RetryCount:    int(atoi(v[15])),
-		RetryAfter:    msTime(atoi(v[16])),
-		DispatchedAt:  msTime(atoi(v[17])),
-		CompletedAt:   msTime(atoi(v[18])),
-		Attempts:      int(atoi(v[19])),
-		LastAttempt:   v[20],
-		LastClass:     fleetwave.ResultClass(v[21]),
-		DesiredState:  fleetwave.DesiredState(v[22]),
-		Message:       v[23],
-		Output:        v[24],
+		ID:            v[ifID],
+		Rollout:       v[ifRollout],
+		Node:          v[ifNode],
+		Block:         v[ifBlock],
+		Action:        v[ifAction],
+		Generation:    atoi(v[ifGeneration]),
+		TargetVersion: v[ifTargetVersion],
+		ConfigHash:    v[ifConfigHash],
+		ManagedBy:     v[ifManagedBy],
+		Criticality:   fleetwave.Criticality(v[ifCriticality]),
+		Status:        fleetwave.ItemStatus(v[ifStatus]),
+		Reason:        v[ifReason],
+		Source:        fleetwave.ItemSource(v[ifSource]),
+		SourceUser:    v[ifSourceUser],
+		Wave:          int(atoi(v[ifWave])),
+		RetryCount:    int(atoi(v[ifRetryCount])),
+		RetryAfter:    msTime(atoi(v[ifRetryAfter])),
+		DispatchedAt:  msTime(atoi(v[ifDispatchedAt])),
+		CompletedAt:   msTime(atoi(v[ifCompletedAt])),
+		Attempts:      int(atoi(v[ifAttempts])),
+		LastAttempt:   v[ifLastAttempt],
+		LastClass:     fleetwave.ResultClass(v[ifLastClass]),
+		DesiredState:  fleetwave.DesiredState(v[ifDesiredState]),
+		Message:       v[ifMessage],
+		Output:        v[ifOutput],
 	}
 }
 
@@ -624,10 +677,10 @@ func (e *Engine) items(ctx context.Context, ids []string) ([]fleetwave.Item, err
 		}
 		for _, c := range cmds {
 			vals := c.Val()
-			if len(vals) != len(itemFields) {
-				return nil, fmt.Errorf("read %d items: %d fields in a reply, want %d", len(ids), len(vals), len(itemFields))
+			if len(vals) != nItemFields {
+				return nil, fmt.Errorf("read %d items: %d fields in a reply, want %d", len(ids), len(vals), nItemFields)
 			}
-			out = append(out, itemOf((*[len(itemFields)]string)(vals)))
+			out = append(out, itemOf((*[nItemFields]string)(vals)))
 		}
 	}
 	return out, nil
