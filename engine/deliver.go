@@ -98,10 +98,10 @@ type muxShard struct {
 
 var muxSeed = maphash.MakeSeed()
 
-// shard returns node's shard.
-func (m *mux) shard(node string) *muxShard {
-	return &m.shards[maphash.String(muxSeed, node)%muxShards]
-}
+// shardOf is the index of node's shard; shard returns that shard.
+func shardOf(node string) uint64 { return maphash.String(muxSeed, node) % muxShards }
+
+func (m *mux) shard(node string) *muxShard { return &m.shards[shardOf(node)] }
 
 // lockAll takes every shard's lock, in order; unlockAll releases them.
 func (m *mux) lockAll() {
@@ -235,7 +235,7 @@ func (e *Engine) claim(nodes []string) []*waiter {
 	m := &e.mux
 	var by [muxShards][]string
 	for _, node := range nodes {
-		i := maphash.String(muxSeed, node) % muxShards
+		i := shardOf(node)
 		by[i] = append(by[i], node)
 	}
 	var out []*waiter
