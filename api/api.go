@@ -350,43 +350,52 @@ func (s *server) readAuth(mux *http.ServeMux) http.Handler {
 }
 
 // ServeHTTP sets the request's deadlines, instruments it and turns panics
-// into 500 answers.
+// into 500 answers. Held polls wait under this frame (see the engine's
+// PollWith), so what comes before and after is in functions of their own.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	rw := &statusWriter{ResponseWriter: w, hasBody: r.Body != nil && r.Body != http.NoBody, http1: r.ProtoMajor == 1}
+	rw := s.begin(w, r)
+	defer s.end(rw, r)
+	s.mux.ServeHTTP(rw, r)
+}
+
+// begin wraps w to record the answer and sets the request's deadlines.
+func (s *server) begin(w http.ResponseWriter, r *http.Request) *statusWriter {
+	rw := &statusWriter{ResponseWriter: w, start: time.Now(), hasBody: r.Body != nil && r.Body != http.NoBody, http1: r.ProtoMajor == 1}
 	// Deadlines are set per request, not as the server's WriteTimeout,
 	// which would cut the agents' long polls: the poll extends its own. A
 	// writer without deadlines (a test recorder) is served without them.
 	rc := http.NewResponseController(rw)
-	_ = rc.SetWriteDeadline(start.Add(s.writeTimeout))
+	_ = rc.SetWriteDeadline(rw.start.Add(s.writeTimeout))
 	if rw.hasBody {
 		// The body must arrive in time whether a handler reads it or the
 		// server drains it after an early answer: a client dribbling a
 		// byte a second holds a connection no longer than this.
-		_ = rc.SetReadDeadline(start.Add(s.bodyTimeout))
+		_ = rc.SetReadDeadline(rw.start.Add(s.bodyTimeout))
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			s.log.Error().Str("method", r.Method).Str("path", r.URL.Path).Str("panic", fmt.Sprint(p)).Msg("handler panicked")
-			if !rw.wrote {
-				writeJSONError(rw, &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"})
-			}
+	return rw
+}
+
+// end, deferred, turns a panic into a 500 answer and counts the request.
+func (s *server) end(rw *statusWriter, r *http.Request) {
+	if p := recover(); p != nil {
+		if p == http.ErrAbortHandler {
+			panic(p)
 		}
-		route := r.Pattern
-		if route == "" {
-			route = "unmatched"
+		s.log.Error().Str("method", r.Method).Str("path", r.URL.Path).Str("panic", fmt.Sprint(p)).Msg("handler panicked")
+		if !rw.wrote {
+			writeJSONError(rw, &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"})
 		}
-		code := rw.status
-		if code == 0 {
-			code = http.StatusOK
-		}
-		s.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-	}()
-	s.mux.ServeHTTP(rw, r)
+	}
+	route := r.Pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	code := rw.status
+	if code == 0 {
+		code = http.StatusOK
+	}
+	s.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	s.metrics.duration.WithLabelValues(route).Observe(time.Since(rw.start).Seconds())
 }
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -576,24 +585,33 @@ func unauthorized(w http.ResponseWriter, invalid bool) {
 // node named in the path.
 func (s *server) agent(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearer(r)
-		if !ok {
-			unauthorized(w, false)
-			return
+		// a held poll waits under this frame: kept small (see ServeHTTP)
+		if node, ok := s.agentNode(w, r); ok {
+			next(w, r, node)
 		}
-		node, ok := s.hub.AuthenticateAgent(token)
-		if !ok {
-			s.log.Warn().Str("node", r.PathValue("node")).Str("remote", r.RemoteAddr).Msg("agent token refused")
-			unauthorized(w, true)
-			return
-		}
-		if node != r.PathValue("node") {
-			s.log.Warn().Str("node", node).Str("path_node", r.PathValue("node")).Msg("agent addressed another node")
-			writeJSONError(w, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "token does not belong to this node"})
-			return
-		}
-		next(w, r, node)
 	}
+}
+
+// agentNode is the node whose token the request bears, when it is the
+// node its path names; otherwise it answers 401 or 403 (ok false).
+func (s *server) agentNode(w http.ResponseWriter, r *http.Request) (string, bool) {
+	token, ok := bearer(r)
+	if !ok {
+		unauthorized(w, false)
+		return "", false
+	}
+	node, ok := s.hub.AuthenticateAgent(token)
+	if !ok {
+		s.log.Warn().Str("node", r.PathValue("node")).Str("remote", r.RemoteAddr).Msg("agent token refused")
+		unauthorized(w, true)
+		return "", false
+	}
+	if node != r.PathValue("node") {
+		s.log.Warn().Str("node", node).Str("path_node", r.PathValue("node")).Msg("agent addressed another node")
+		writeJSONError(w, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "token does not belong to this node"})
+		return "", false
+	}
+	return node, true
 }
 
 // user authenticates an API caller and requires at least role (admin >
@@ -700,15 +718,28 @@ type AttemptsAnswer struct {
 }
 
 func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
+	// A held poll waits under this frame, so what comes before and after
+	// the wait is in functions of their own (see engine.PollWith).
+	wait, rc, ok := s.pollQuery(w, r, node)
+	if !ok {
+		return
+	}
+	atts, err := s.hub.PollAttempts(r.Context(), node, wait, rc)
+	s.answerPoll(w, r, node, wait, atts, err)
+}
+
+// pollQuery reads a poll's query and sets its write deadline; ok false
+// when it has answered already (a bad query, or a report wanted first).
+func (s *server) pollQuery(w http.ResponseWriter, r *http.Request, node string) (wait time.Duration, rc fleetwave.Receipt, ok bool) {
 	wait, err := parseWait(r.URL.Query().Get("wait"), s.maxPollWait)
 	if err != nil {
 		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: err.Error()})
-		return
+		return 0, rc, false
 	}
-	rc, err := parseReceipt(r.URL.Query())
+	rc, err = parseReceipt(r.URL.Query())
 	if err != nil {
 		writeJSONError(w, &Error{Status: http.StatusBadRequest, Code: "invalid_query", Message: err.Error()})
-		return
+		return 0, rc, false
 	}
 	// The poll may last wait, then its answer has the usual write time.
 	// (Reading needs no extension: a request without a body is read in
@@ -719,9 +750,13 @@ func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 		// answered at once: the report comes before the next poll
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, AttemptsAnswer{Attempts: []fleetwave.Attempt{}, Report: true})
-		return
+		return 0, rc, false
 	}
-	atts, err := s.hub.PollAttempts(r.Context(), node, wait, rc)
+	return wait, rc, true
+}
+
+// answerPoll answers a poll with what the hub handed out, or its error.
+func (s *server) answerPoll(w http.ResponseWriter, r *http.Request, node string, wait time.Duration, atts []fleetwave.Attempt, err error) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -1239,6 +1274,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // connection after an answer given without reading the request's body.
 type statusWriter struct {
 	http.ResponseWriter
+	start    time.Time // the request's arrival
 	status   int
 	wrote    bool
 	hasBody  bool // the request came with a body

@@ -37,6 +37,13 @@ func (e *Engine) Poll(ctx context.Context, node string, max int, wait time.Durat
 // (the highest it journalled): they are no longer kept for Resume. Each
 // attempt popped is numbered, in the order handed out
 // (fleetwave.Attempt.Delivery).
+//
+// A held poll spends its life blocked in here, under the HTTP server's and
+// the API's frames: the Go runtime halves a blocked goroutine's stack only
+// while less than a quarter of it is in use, so every frame on that path
+// counts (at 100,000 held polls, each KiB of stack kept is 100 MB). The
+// work before and after the wait is therefore in functions of their own
+// (look, settle), off the stack while it waits in await.
 func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.Duration, delivered int64) ([]fleetwave.Attempt, error) {
 	if max <= 0 {
 		max = 1
@@ -47,65 +54,84 @@ func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.D
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		var w *waiter
-		look := true
-		if wait > 0 {
-			// registered before looking: an attempt queued after the look
-			// is announced to it (and it looks only when the mux may have
-			// missed one)
-			w = &waiter{node: node, max: max, delivered: delivered, got: make(chan popped, 1)}
-			look = e.register(w)
+		var p popped
+		w := e.look(ctx, node, max, wait, delivered, &p)
+		if w != nil && len(p.raw) == 0 && p.err == nil && w.await(ctx, end.Sub(wall.Now()), &p) {
+			w = nil // claimed: p is what the mux popped for it
 		}
-		var got []popped
-		var err error
-		woken := false
-		if look {
-			var p popped
-			p, err = e.pop(ctx, node, max, delivered)
-			if len(p.raw) > 0 {
-				got = append(got, p)
-			}
-		}
-		if w != nil && len(got) == 0 && err == nil {
-			t := time.NewTimer(end.Sub(wall.Now()))
-			select {
-			case p := <-w.got:
-				err, woken, w = p.err, p.woken, nil
-				if len(p.raw) > 0 {
-					got = append(got, p)
-				}
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-		}
-		if w != nil && !e.unregister(w) {
-			// claimed meanwhile: what its pop takes is ours (rarely, with
-			// what the look took, more than max)
-			if p := <-w.got; len(p.raw) > 0 {
-				got = append(got, p)
-			}
-		}
-		if len(got) > 0 {
-			// popped is delivered: hand them out even when ctx ended
-			// meanwhile, or they would expire as lost
-			if out := e.deliver(context.WithoutCancel(ctx), node, got); len(out) > 0 {
-				return out, nil
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("poll node %s: %w", node, err)
-		}
-		if woken || wait <= 0 || !wall.Now().Before(end) {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, nil
+		if out, done, err := e.settle(ctx, node, w, &p, wait, end); done {
+			return out, err
 		}
 	}
+}
+
+// look registers a waiter for node when the poll may wait (before looking:
+// an attempt queued after the look is announced to it), then pops node's
+// queue into p itself unless the mux says it has missed nothing.
+func (e *Engine) look(ctx context.Context, node string, max int, wait time.Duration, delivered int64, p *popped) *waiter {
+	var w *waiter
+	look := true
+	if wait > 0 {
+		w = &waiter{node: node, max: max, delivered: delivered, got: make(chan popped, 1)}
+		look = e.register(w)
+	}
+	if look {
+		got, err := e.pop(ctx, node, max, delivered)
+		*p = got
+		p.err = err
+	}
+	return w
+}
+
+// await waits up to d for what the mux pops for w, into p; false when d
+// or ctx ended first.
+func (w *waiter) await(ctx context.Context, d time.Duration, p *popped) bool {
+	t := time.NewTimer(d)
+	claimed := false
+	select {
+	case *p = <-w.got:
+		claimed = true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	return claimed
+}
+
+// settle ends one round of PollWith: w, when still registered, leaves the
+// mux (taking what it was claimed for meanwhile), then what was popped is
+// delivered. done says whether PollWith returns out and err, or looks
+// again.
+func (e *Engine) settle(ctx context.Context, node string, w *waiter, p *popped, wait time.Duration, end time.Time) (out []fleetwave.Attempt, done bool, err error) {
+	var got []popped
+	if len(p.raw) > 0 {
+		got = append(got, *p)
+	}
+	if w != nil && !e.unregister(w) {
+		// claimed meanwhile: what its pop takes is ours (rarely, with
+		// what the look took, more than max)
+		if q := <-w.got; len(q.raw) > 0 {
+			got = append(got, q)
+		}
+	}
+	if len(got) > 0 {
+		// popped is delivered: hand them out even when ctx ended
+		// meanwhile, or they would expire as lost
+		if out := e.deliver(context.WithoutCancel(ctx), node, got); len(out) > 0 {
+			return out, true, nil
+		}
+	}
+	if p.err != nil {
+		if ctx.Err() != nil {
+			return nil, true, ctx.Err()
+		}
+		return nil, true, fmt.Errorf("poll node %s: %w", node, p.err)
+	}
+	var wall clock.Real
+	if p.woken || wait <= 0 || !wall.Now().Before(end) {
+		return nil, true, ctx.Err()
+	}
+	return nil, false, nil
 }
 
 // pop takes up to max attempts of node's queue and numbers the delivery

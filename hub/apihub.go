@@ -44,15 +44,28 @@ func (h *Hub) RegisterAgent(ctx context.Context, r fleetwave.Report) error {
 // node's authenticated agent. An attempt whose config does not unseal for
 // node is not handed out but failed as permanent (refuseAttempt).
 func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration, rc fleetwave.Receipt) ([]fleetwave.Attempt, error) {
+	// a held poll waits under this frame: what comes before and after the
+	// wait is in functions of their own (see engine.PollWith)
 	if rc.Resume {
-		if ids := h.eng.Resume(ctx, node, rc.Delivered); len(ids) > 0 {
-			h.metrics.notReceived("agent_said", len(ids))
-		}
+		h.resume(ctx, node, rc.Delivered)
 	}
 	atts, err := h.eng.PollWith(ctx, node, 16, wait, rc.Delivered)
 	if err != nil {
 		return nil, h.apiError(ctx, err)
 	}
+	return h.handOut(ctx, node, atts), nil
+}
+
+// resume marks what node's agent says never reached it (engine.Resume).
+func (h *Hub) resume(ctx context.Context, node string, delivered int64) {
+	if ids := h.eng.Resume(ctx, node, delivered); len(ids) > 0 {
+		h.metrics.notReceived("agent_said", len(ids))
+	}
+}
+
+// handOut unseals the attempts popped for node, refusing those whose
+// config does not unseal for it.
+func (h *Hub) handOut(ctx context.Context, node string, atts []fleetwave.Attempt) []fleetwave.Attempt {
 	if len(atts) > 0 {
 		h.crashPoint("attempts_popped")
 	}
@@ -69,7 +82,7 @@ func (h *Hub) PollAttempts(ctx context.Context, node string, wait time.Duration,
 			Int64("delivery", a.Delivery).Int("credentials", sealed).Msg("attempt delivered")
 		out = append(out, a)
 	}
-	return out, nil
+	return out
 }
 
 // NotHanded has the engine close attempts that did not reach node's agent
