@@ -106,6 +106,14 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	if len(res.PushDispatch) != 3 || len(res.PushStages) != 2 {
 		t.Errorf("push samples %d and stages %d, want 3 and 2", len(res.PushDispatch), len(res.PushStages))
 	}
+	// A poll held over HTTP/1.1 is its connection's goroutine (8 KiB of
+	// stack: its frames must stay under a quarter of 16 KiB, or the
+	// runtime never halves the stack it grew to) and the one that watches
+	// the connection (4 KiB); 16 KiB or more means a frame on the
+	// waiting path grew.
+	if res.PollStack <= 0 || res.PollStack >= 16<<10 {
+		t.Errorf("hub goroutine stacks per poll held: %d bytes, want under 16 KiB", res.PollStack)
+	}
 	if res.Fleet.Redelivered != 0 || res.Fleet.Refused != 0 {
 		t.Errorf("fleet stats %+v: want no redelivery and no refused result", res.Fleet)
 	}

@@ -357,6 +357,47 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 	return out, sc.Err()
 }
 
+// stacks is the bytes of goroutine stacks the hub holds
+// (go_memstats_stack_inuse_bytes) after two collections, asked of its
+// debug listener: a collection halves the stacks of goroutines that use
+// less than a quarter of theirs, and frees the spans left empty at its
+// end.
+func (h *hubProc) stacks(ctx context.Context) (int64, error) {
+	client := &http.Client{Timeout: time.Minute}
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.debugURL+"/debug/pprof/heap?gc=1", nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("%s answered %s", req.URL, resp.Status)
+		}
+	}
+	resp, err := client.Get(h.url + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_stack_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no go_memstats_stack_inuse_bytes in the hub's /metrics")
+}
+
 // splitLabels splits the labels of an exposition line (a="x",b="y") at
 // the commas outside their quoted values.
 func splitLabels(s string) []string {

@@ -191,6 +191,12 @@ func Rows(results []Result) []Row {
 		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
 			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},
 		{Name: "hub peak RSS", Values: col(func(r Result) float64 { return float64(r.HubRSSPeak) }), Unit: unitBytes, Target: 1 << 30, HasTarget: true},
+		{Name: "  hub goroutine stacks per poll held (after the rollout, less the idle hub's)", Values: col(func(r Result) float64 {
+			if r.PollStack == 0 {
+				return math.NaN() // not measured then
+			}
+			return float64(r.PollStack)
+		}), Unit: unitBytes},
 		{Name: "hub CPU during the rollout (cores)", Values: col(func(r Result) float64 {
 			if r.RolloutWall <= 0 {
 				return math.NaN()

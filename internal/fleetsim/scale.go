@@ -139,6 +139,11 @@ type Result struct {
 	// status.PartItems items, its parts); StatusParts counts the parts.
 	StatusItems, StatusParts int
 	Fleet                    Stats
+
+	// PollStack is the hub's goroutine stacks per poll the fleet holds,
+	// once the rollout is done (less those of the hub before the fleet
+	// came); 0 in the runs from before it was measured
+	PollStack int64
 }
 
 // PushStage splits one push -> first dispatch into the hub's stages, each
@@ -359,6 +364,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	defer hub.stop()
 	say("hub ready at %s (pid %d, log %s)", hub.url, hub.pid(), hub.log)
+	stacks0, err := hub.stacks(ctx)
+	if err != nil {
+		return res, fmt.Errorf("hub stacks: %w", err)
+	}
 
 	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{},
 		received: map[string]time.Time{}, answered: map[string]time.Time{}}
@@ -568,6 +577,14 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("hub process: %w", err)
 	}
 	res.HubRSSPeak = st.HWM
+	// every poller of the fleet holds a poll now (results and reports
+	// aside): the stacks they cost the hub
+	stacks, err := hub.stacks(ctx)
+	if err != nil {
+		return res, fmt.Errorf("hub stacks: %w", err)
+	}
+	res.PollStack = (stacks - stacks0) / int64(min(sc.Nodes, res.Pollers))
+	say("hub goroutine stacks: %d MiB, %d KiB per poll held", stacks>>20, res.PollStack>>10)
 	if sc.HeapProfile != "" {
 		if err := fetchHeapProfile(ctx, hub.debugURL, sc.HeapProfile); err != nil {
 			return res, fmt.Errorf("heap profile: %w", err)
