@@ -364,38 +364,44 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 // end.
 func (h *hubProc) stacks(ctx context.Context) (int64, error) {
 	client := &http.Client{Timeout: time.Minute}
-	for range 2 {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.debugURL+"/debug/pprof/heap?gc=1", nil)
+	get := func(url string, read func(io.Reader) error) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		resp, err := client.Do(req)
 		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		return read(resp.Body)
+	}
+	discard := func(r io.Reader) error { _, err := io.Copy(io.Discard, r); return err }
+	for range 2 {
+		if err := get(h.debugURL+"/debug/pprof/heap?gc=1", discard); err != nil {
 			return 0, err
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("%s answered %s", req.URL, resp.Status)
+	}
+	n := int64(-1)
+	err := get(h.url+"/metrics", func(r io.Reader) error {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_stack_inuse_bytes "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				n = int64(f)
+				return err
+			}
 		}
+		return sc.Err()
+	})
+	if err == nil && n < 0 {
+		err = errors.New("no go_memstats_stack_inuse_bytes in the hub's /metrics")
 	}
-	resp, err := client.Get(h.url + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_stack_inuse_bytes "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return int64(f), err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("no go_memstats_stack_inuse_bytes in the hub's /metrics")
+	return n, err
 }
 
 // splitLabels splits the labels of an exposition line (a="x",b="y") at

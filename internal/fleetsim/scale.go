@@ -583,7 +583,9 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, fmt.Errorf("hub stacks: %w", err)
 	}
-	res.PollStack = (stacks - stacks0) / int64(min(sc.Nodes, res.Pollers))
+	if res.Pollers > 0 {
+		res.PollStack = (stacks - stacks0) / int64(res.Pollers) // Pollers: at most one per agent
+	}
 	say("hub goroutine stacks: %d MiB, %d KiB per poll held", stacks>>20, res.PollStack>>10)
 	if sc.HeapProfile != "" {
 		if err := fetchHeapProfile(ctx, hub.debugURL, sc.HeapProfile); err != nil {
