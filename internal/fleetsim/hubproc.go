@@ -357,6 +357,23 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 	return out, sc.Err()
 }
 
+// get asks url and hands read the body of a 200 answer.
+func get(ctx context.Context, client *http.Client, url string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return read(resp.Body)
+}
+
 // stacks is the bytes of goroutine stacks the hub holds
 // (go_memstats_stack_inuse_bytes) after two collections, asked of its
 // debug listener: a collection halves the stacks of goroutines that use
@@ -364,29 +381,14 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 // end.
 func (h *hubProc) stacks(ctx context.Context) (int64, error) {
 	client := &http.Client{Timeout: time.Minute}
-	get := func(url string, read func(io.Reader) error) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s answered %s", url, resp.Status)
-		}
-		return read(resp.Body)
-	}
 	discard := func(r io.Reader) error { _, err := io.Copy(io.Discard, r); return err }
 	for range 2 {
-		if err := get(h.debugURL+"/debug/pprof/heap?gc=1", discard); err != nil {
+		if err := get(ctx, client, h.debugURL+"/debug/pprof/heap?gc=1", discard); err != nil {
 			return 0, err
 		}
 	}
 	n := int64(-1)
-	err := get(h.url+"/metrics", func(r io.Reader) error {
+	err := get(ctx, client, h.url+"/metrics", func(r io.Reader) error {
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {

@@ -760,28 +760,18 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 
 // fetchHeapProfile saves the hub's heap profile (debug.listen) to path.
 func fetchHeapProfile(ctx context.Context, debugURL, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, debugURL+"/debug/pprof/heap?gc=1", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s answered %s", req.URL, resp.Status)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return get(ctx, &http.Client{Timeout: time.Minute}, debugURL+"/debug/pprof/heap?gc=1", func(r io.Reader) error {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
 }
