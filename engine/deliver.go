@@ -96,6 +96,16 @@ type muxShard struct {
 	woken     map[string]bool      // nodes woken while none of their Polls waited
 }
 
+// ready makes the shard's maps on its first use; its lock held.
+func (sh *muxShard) ready() {
+	if sh.waiters == nil {
+		sh.waiters = map[string][]*waiter{}
+		sh.looked = map[string]int{}
+		sh.unclaimed = map[string]bool{}
+		sh.woken = map[string]bool{}
+	}
+}
+
 var muxSeed = maphash.MakeSeed()
 
 // shardOf is the index of node's shard; shard returns that shard.
@@ -143,11 +153,7 @@ func (e *Engine) register(w *waiter) bool {
 	m := &e.mux
 	sh := m.shard(w.node)
 	sh.mu.Lock()
-	if sh.waiters == nil {
-		sh.waiters = map[string][]*waiter{}
-		sh.looked = map[string]int{}
-		sh.unclaimed = map[string]bool{}
-	}
+	sh.ready()
 	if sh.woken[w.node] {
 		// woken while its last Poll was claimed (between two waits): this
 		// one ends at once, as that one would have
@@ -213,9 +219,7 @@ func (e *Engine) Wake(nodes []string) {
 		if len(sh.waiters[node]) == 0 {
 			// none waits now (one may be claimed, about to wait again): the
 			// node's next Poll ends at once
-			if sh.woken == nil {
-				sh.woken = map[string]bool{}
-			}
+			sh.ready()
 			sh.woken[node] = true
 		} else {
 			ws = append(ws, sh.waiters[node]...)
@@ -248,9 +252,7 @@ func (e *Engine) claim(nodes []string) []*waiter {
 		for _, node := range by[i] {
 			ws := sh.waiters[node]
 			if len(ws) == 0 {
-				if sh.unclaimed == nil {
-					sh.unclaimed = map[string]bool{}
-				}
+				sh.ready()
 				sh.unclaimed[node] = true // the node's next Poll looks
 				continue
 			}
