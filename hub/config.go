@@ -134,12 +134,24 @@ type DebugConfig struct {
 	// profile or trace costs the hub while it runs: open them beyond the
 	// host only on a trusted network.
 	AllowRemote bool `yaml:"allow_remote"`
+	// MutexProfileFraction turns on the mutex profile (/debug/pprof/mutex:
+	// where goroutines waited for a lock another held, and for how long),
+	// sampling one contention event in this many; 0 = off. The runtime
+	// records a sample at each contended unlock, so 10 to 100 cost the hub
+	// little; it needs Listen.
+	MutexProfileFraction int `yaml:"mutex_profile_fraction"`
 }
 
 // check wants Listen to be host:port, its host a loopback address (an
 // IP or localhost) unless AllowRemote.
 func (d DebugConfig) check() error {
+	if d.MutexProfileFraction < 0 {
+		return fmt.Errorf("debug.mutex_profile_fraction %d: want 0 (off) or more (one contention sampled in that many)", d.MutexProfileFraction)
+	}
 	if d.Listen == "" {
+		if d.MutexProfileFraction > 0 {
+			return fmt.Errorf("debug.mutex_profile_fraction is set but debug.listen is not: the profile is served there")
+		}
 		return nil
 	}
 	host, port, err := net.SplitHostPort(d.Listen)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"strings"
 	"time"
 
@@ -190,7 +191,11 @@ func (h *Hub) runDebug(ctx context.Context) {
 		l.Error().Err(err).Str("addr", h.cfg.Debug.Listen).Msg("debug listener not opened; profiles not served")
 		return
 	}
-	l.Info().Str("addr", ln.Addr().String()).Msg("serving profiles (net/http/pprof)")
+	if f := h.cfg.Debug.MutexProfileFraction; f > 0 {
+		// process-wide: the rate before is restored when the hub stops
+		defer runtime.SetMutexProfileFraction(runtime.SetMutexProfileFraction(f))
+	}
+	l.Info().Str("addr", ln.Addr().String()).Int("mutex_profile_fraction", h.cfg.Debug.MutexProfileFraction).Msg("serving profiles (net/http/pprof)")
 	if err := serveDebug(ctx, ln, l); err != nil {
 		l.Error().Err(err).Msg("debug listener stopped")
 	}

@@ -717,6 +717,9 @@ func TestDebugListenIsLoopbackUnlessAllowed(t *testing.T) {
 		{"debug: {listen: \"6060\", allow_remote: true}", "want host:port"},
 		{"debug: {listen: \"127.0.0.1:http\"}", "want host:port"},
 		{"debug: {listen: \"127.0.0.1:6060\", pprof: true}", "field pprof not found"},
+		{"debug: {listen: \"127.0.0.1:6060\", mutex_profile_fraction: 10}", ""},
+		{"debug: {listen: \"127.0.0.1:6060\", mutex_profile_fraction: -1}", "want 0 (off) or more"},
+		{"debug: {mutex_profile_fraction: 10}", "debug.listen is not"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.debug, func(t *testing.T) {

@@ -43,6 +43,7 @@ type simFlags struct {
 	hubLog     string
 	statusInt  time.Duration
 	heapDir    string
+	mutexDir   string
 }
 
 func (f *simFlags) register(cmd *cobra.Command) {
@@ -56,14 +57,21 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.statusInt, "status-interval", 2*time.Second, "status.interval of the hub this command starts")
 	cmd.Flags().StringVar(&f.hubLog, "hub-log-level", "warn", "log level of the hub this command starts (info logs every attempt and result)")
 	cmd.Flags().StringVar(&f.heapDir, "heap-profile", "", "directory for the heap profile of the hub this command starts, taken once the rollout is done (heap-<nodes>.pprof; read with go tool pprof -top -inuse_space)")
+	cmd.Flags().StringVar(&f.mutexDir, "mutex-profile", "", "directory for the mutex profile of the hub this command starts (its lock waits over the whole run, one in ten sampled), taken with the heap's (mutex-<nodes>.pprof; read with go tool pprof -top)")
 }
 
 // heapProfile is the file of the hub's heap profile for n nodes ("" for none).
-func (f *simFlags) heapProfile(n int) string {
-	if f.heapDir == "" {
+func (f *simFlags) heapProfile(n int) string { return profileFile(f.heapDir, "heap", n) }
+
+// mutexProfile is the file of the hub's mutex profile for n nodes ("" for none).
+func (f *simFlags) mutexProfile(n int) string { return profileFile(f.mutexDir, "mutex", n) }
+
+// profileFile is dir's file of the kind's profile for n nodes ("" for no dir).
+func profileFile(dir, kind string, n int) string {
+	if dir == "" {
 		return ""
 	}
-	return filepath.Join(f.heapDir, fmt.Sprintf("heap-%d.pprof", n))
+	return filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", kind, n))
 }
 
 func (f *simFlags) logger(w io.Writer) zerolog.Logger {
@@ -104,7 +112,8 @@ repository of N nodes), rolls a block out to every node and prints the scale rep
 				}
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: nodes, Duration: sf.duration, Pollers: sf.pollers,
 					H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog, StatusInterval: sf.statusInt,
-					Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(nodes)})
+					Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(nodes),
+					MutexProfile: sf.mutexProfile(nodes)})
 				if err != nil {
 					return err
 				}
@@ -305,7 +314,8 @@ func devScaleCmd(stdout io.Writer) *cobra.Command {
 				}
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: n, Dir: dir, Keep: keep, Duration: sf.duration,
 					Pollers: sf.pollers, Posters: sf.posters, H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
-					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n), Timeout: timeout})
+					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n),
+					MutexProfile: sf.mutexProfile(n), Timeout: timeout})
 				if err != nil {
 					// the sizes measured so far are still reported
 					failed = fmt.Errorf("%d nodes: %w", n, err)

@@ -90,7 +90,13 @@ func freePort() (int, error) {
 // hubSettings are the hub.yaml settings a scale run chooses.
 type hubSettings struct {
 	statusInterval, staleAfter, maxPollWait time.Duration
+	// mutexProfile turns on the hub's mutex profile
+	mutexProfile bool
 }
+
+// mutexProfileFraction is the hub's debug.mutex_profile_fraction when a
+// run asks for its mutex profile: one contention sampled in ten.
+const mutexProfileFraction = 10
 
 func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, set hubSettings, timeout time.Duration, logLevel string) (*hubProc, error) {
 	port, err := freePort()
@@ -102,6 +108,10 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
 	}
+	debug := map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)}
+	if set.mutexProfile {
+		debug["mutex_profile_fraction"] = mutexProfileFraction
+	}
 	cfg := map[string]any{
 		"repo":        map[string]any{"url": "file://" + remote, "branch": "main", "poll_interval": "30s"},
 		"redis":       "managed",
@@ -111,7 +121,7 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		"agents":      map[string]any{"tokens": tokens, "max_poll_wait": set.maxPollWait.String()},
 		"lease_ttl":   "15s",
 		"stale_after": set.staleAfter.String(),
-		"debug":       map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", debugPort)},
+		"debug":       debug,
 	}
 	b, err := json.Marshal(cfg) // JSON is YAML
 	if err != nil {

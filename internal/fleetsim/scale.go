@@ -47,7 +47,11 @@ type Scenario struct {
 	// HeapProfile, when set, is the file the hub's heap profile is
 	// written to once the rollout is done (and the status committed).
 	HeapProfile string
-	LocalAddrs  []string
+	// MutexProfile, when set, is the file the hub's mutex profile is
+	// written to at the same time: its lock waits over the whole run (the
+	// hub samples one contention in mutexProfileFraction).
+	MutexProfile string
+	LocalAddrs   []string
 	// StatusInterval is the hub's status.interval (default 2s).
 	StatusInterval time.Duration
 	// HubLogLevel is the hub's --log-level (default warn: info logs a line
@@ -358,7 +362,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, err
 	}
 	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, hubSettings{statusInterval: sc.StatusInterval, staleAfter: StaleAfter(sc.Nodes),
-		maxPollWait: max(30*time.Second, PollWait(sc.Nodes))}, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
+		maxPollWait: max(30*time.Second, PollWait(sc.Nodes)), mutexProfile: sc.MutexProfile != ""}, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
 	if err != nil {
 		return res, err
 	}
@@ -588,10 +592,16 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	say("hub goroutine stacks: %d MiB, %d KiB per poll held", stacks>>20, res.PollStack>>10)
 	if sc.HeapProfile != "" {
-		if err := fetchHeapProfile(ctx, hub.debugURL, sc.HeapProfile); err != nil {
+		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/heap?gc=1", sc.HeapProfile); err != nil {
 			return res, fmt.Errorf("heap profile: %w", err)
 		}
 		say("heap profile of the hub written to %s (go tool pprof -top -inuse_space %s)", sc.HeapProfile, sc.HeapProfile)
+	}
+	if sc.MutexProfile != "" {
+		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/mutex", sc.MutexProfile); err != nil {
+			return res, fmt.Errorf("mutex profile: %w", err)
+		}
+		say("mutex profile of the hub written to %s (go tool pprof -top %s)", sc.MutexProfile, sc.MutexProfile)
 	}
 	if res.RedisUsed, res.RedisPeak, err = redisMemory(ctx, hub.dataDir); err != nil {
 		return res, err
@@ -758,9 +768,9 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 	return nil
 }
 
-// fetchHeapProfile saves the hub's heap profile (debug.listen) to path.
-func fetchHeapProfile(ctx context.Context, debugURL, path string) error {
-	return get(ctx, &http.Client{Timeout: time.Minute}, debugURL+"/debug/pprof/heap?gc=1", func(r io.Reader) error {
+// fetchProfile saves the profile at url (the hub's debug.listen) to path.
+func fetchProfile(ctx context.Context, url, path string) error {
+	return get(ctx, &http.Client{Timeout: time.Minute}, url, func(r io.Reader) error {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
