@@ -1,10 +1,8 @@
 package hub
 
 import (
-	"hash/maphash"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fleetwave/fleetwave"
@@ -20,33 +18,15 @@ import (
 // poll and its results.
 
 // reportAsks is what decides whether the hub asks a node for a full
-// report (WantsReport). Every poll asks it and every report records one:
-// thousands of calls a second at 100,000 nodes, which under one lock
-// queued behind each other (44% of the hub's lock waits in a mutex
-// profile of a 10,000-node rollout). So each node's state lives in one of
-// askShards shards, each with its own lock, and what the last reconcile
-// read is replaced whole and read without one.
+// report (WantsReport).
 type reportAsks struct {
-	read   atomic.Pointer[reconcileRead]
-	shards [askShards]askShard
-}
-
-// askShards is the number of shards of reportAsks: enough that two cores
-// rarely meet on one lock.
-const askShards = 64
-
-// reconcileRead is what the last reconcile read: observed are the nodes
-// with a full report, whose read of the observations started at
-// observedAt; known are the nodes of the snapshot it planned.
-type reconcileRead struct {
+	mu sync.Mutex
+	// observed are the nodes with a full report at the last reconcile,
+	// whose read of the observations started at observedAt; known are the
+	// nodes of the snapshot that reconcile planned (nil before one).
 	observed   map[string]bool
 	observedAt time.Time
 	known      map[string]*fleetwave.Node
-}
-
-// askShard is the state of the nodes of one shard.
-type askShard struct {
-	mu sync.Mutex
 	// asked is when each node was last asked for a report, taken when
 	// this hub last took one and what it said.
 	asked map[string]time.Time
@@ -56,34 +36,25 @@ type askShard struct {
 	// report of theirs: only such a report settles the item, and the hub
 	// asks for it rather than wait for the node's next periodic one.
 	awaiting map[string]bool
-	// a shard to a cache line: two cores taking neighbouring locks do
-	// not invalidate each other's
-	_ [32]byte
-}
-
-var askSeed = maphash.MakeSeed()
-
-// shard is node's shard.
-func (r *reportAsks) shard(node string) *askShard {
-	return &r.shards[maphash.String(askSeed, node)%askShards]
 }
 
 // reconciled records what a reconcile read: the nodes with observations
 // (read from at) and the snapshot it planned.
 func (r *reportAsks) reconciled(seen map[string]bool, at time.Time, snap *fleetwave.Snapshot) {
-	r.read.Store(&reconcileRead{observed: seen, observedAt: at, known: snap.Nodes})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.observed, r.observedAt, r.known = seen, at, snap.Nodes
 }
 
 // await records nodes with an ambiguous item.
 func (r *reportAsks) await(nodes []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.awaiting == nil {
+		r.awaiting = map[string]bool{}
+	}
 	for _, n := range nodes {
-		s := r.shard(n)
-		s.mu.Lock()
-		if s.awaiting == nil {
-			s.awaiting = map[string]bool{}
-		}
-		s.awaiting[n] = true
-		s.mu.Unlock()
+		r.awaiting[n] = true
 	}
 }
 
@@ -91,54 +62,51 @@ func (r *reportAsks) await(nodes []string) {
 // at now, and returns the node's previous one (known: there was one) and
 // when the node was last asked for one (wasAsked: it was).
 func (r *reportAsks) took(node string, sum [32]byte, now time.Time) (prev takenReport, known bool, asked time.Time, wasAsked bool) {
-	s := r.shard(node)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.taken == nil {
-		s.taken = map[string]takenReport{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.taken == nil {
+		r.taken = map[string]takenReport{}
 	}
-	prev, known = s.taken[node]
-	s.taken[node] = takenReport{at: now, sum: sum}
-	delete(s.awaiting, node)
-	asked, wasAsked = s.asked[node]
+	prev, known = r.taken[node]
+	r.taken[node] = takenReport{at: now, sum: sum}
+	delete(r.awaiting, node)
+	asked, wasAsked = r.asked[node]
 	return prev, known, asked, wasAsked
 }
 
 // wants is WantsReport: see there.
 func (r *reportAsks) wants(node string, now time.Time) bool {
-	rd := r.read.Load()
-	s := r.shard(node)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.awaiting[node] {
-		return s.ask(node, now)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.awaiting[node] {
+		return r.ask(node, now)
 	}
-	if rd == nil || rd.observed == nil || rd.observed[node] {
+	if r.observed == nil || r.observed[node] {
 		return false // no reconcile yet (agents report at start), or reported
 	}
-	if tr, ok := s.taken[node]; ok && tr.at.After(rd.observedAt) {
+	if tr, ok := r.taken[node]; ok && tr.at.After(r.observedAt) {
 		// this hub took its report after the last reconcile read the
 		// observations: not lost, only newer than that reconcile (at
 		// 100,000 nodes, agents that registered while a reconcile ran
 		// were each asked for a second full report)
 		return false
 	}
-	if rd.known[node] == nil {
+	if r.known[node] == nil {
 		return false
 	}
-	return s.ask(node, now)
+	return r.ask(node, now)
 }
 
 // ask says whether to ask node for a report now, once per
-// reportAskEvery; s.mu held.
-func (s *askShard) ask(node string, now time.Time) bool {
-	if at, ok := s.asked[node]; ok && now.Sub(at) < reportAskEvery {
+// reportAskEvery; r.mu held.
+func (r *reportAsks) ask(node string, now time.Time) bool {
+	if at, ok := r.asked[node]; ok && now.Sub(at) < reportAskEvery {
 		return false
 	}
-	if s.asked == nil {
-		s.asked = map[string]time.Time{}
+	if r.asked == nil {
+		r.asked = map[string]time.Time{}
 	}
-	s.asked[node] = now
+	r.asked[node] = now
 	return true
 }
 

@@ -118,7 +118,9 @@ func TestAnUnchangedReportAsksForNoReconcile(t *testing.T) {
 	if !report("2") {
 		t.Error("the first report after a silence longer than half of stale_after asked for no reconcile")
 	}
-	h.asks.setAsked("n1", clk.Now())
+	h.asks.mu.Lock()
+	h.asks.asked = map[string]time.Time{"n1": clk.Now()}
+	h.asks.mu.Unlock()
 	if !report("2") {
 		t.Error("a report the hub asked for (Redis had lost the node's) asked for no reconcile")
 	}

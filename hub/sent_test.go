@@ -250,10 +250,9 @@ func TestCreatePlannedLeavesAnEventToTheCreationUnderWay(t *testing.T) {
 // while a long reconcile ran); once asked, not again for a minute.
 func TestWantsReportOnlyOfANodeTheObservationsLost(t *testing.T) {
 	read := time.Now()
-	h := &Hub{}
-	h.asks.took("n1", [32]byte{}, read.Add(-time.Second))
-	h.asks.took("n2", [32]byte{}, read.Add(time.Second))
-	h.asks.reconciled(map[string]bool{"n3": true}, read, &fleetwave.Snapshot{Nodes: map[string]*fleetwave.Node{"n1": {}, "n2": {}, "n3": {}}})
+	h := &Hub{asks: reportAsks{known: map[string]*fleetwave.Node{"n1": {}, "n2": {}, "n3": {}},
+		observed: map[string]bool{"n3": true}, observedAt: read,
+		taken: map[string]takenReport{"n1": {at: read.Add(-time.Second)}, "n2": {at: read.Add(time.Second)}}}}
 	if !h.WantsReport("n1") {
 		t.Error("n1 reported before the reconcile read the observations, which lack it: want a report")
 	}
@@ -344,7 +343,9 @@ func TestANodeWithAnAmbiguousItemIsAskedForAReport(t *testing.T) {
 		Instances: []fleetwave.InstanceStatus{{Block: "web", Version: "1.1", ConfigHash: "h1", Generation: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	h.asks.setAsked("n1", time.Time{}) // a minute later
+	h.asks.mu.Lock()
+	delete(h.asks.asked, "n1") // a minute later
+	h.asks.mu.Unlock()
 	if h.WantsReport("n1") {
 		t.Fatal("asked again after the node reported")
 	}
