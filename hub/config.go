@@ -137,8 +137,8 @@ type DebugConfig struct {
 	// MutexProfileFraction turns on the mutex profile (/debug/pprof/mutex:
 	// where goroutines waited for a lock another held, and for how long),
 	// sampling one contention event in this many; 0 = off. The runtime
-	// records a sample at each contended unlock, so 10 to 100 cost the hub
-	// little; it needs Listen.
+	// records a stack at each sampled contended unlock: the smaller the
+	// number, the more a contended hub pays for it. It needs Listen.
 	MutexProfileFraction int `yaml:"mutex_profile_fraction"`
 }
 

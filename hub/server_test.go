@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -697,6 +698,29 @@ func TestDebugListenerServesProfilesTheAPIDoesNot(t *testing.T) {
 	cancel()
 	if err := <-served; err != nil {
 		t.Fatalf("serveDebug: %v", err)
+	}
+}
+
+// debug.mutex_profile_fraction turns the mutex profile on while the
+// debug listener serves, and the rate before is back when the hub stops.
+// Not parallel: the rate is the process's.
+func TestDebugMutexProfileFractionIsOnWhileTheHubServes(t *testing.T) {
+	before := runtime.SetMutexProfileFraction(-1) // -1 reads it
+	h := &Hub{cfg: Config{Debug: DebugConfig{Listen: "127.0.0.1:0", MutexProfileFraction: 7}}, log: testLogger(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.runDebug(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for runtime.SetMutexProfileFraction(-1) != 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("mutex profile fraction %d while the debug listener serves, want 7", runtime.SetMutexProfileFraction(-1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if got := runtime.SetMutexProfileFraction(-1); got != before {
+		t.Fatalf("mutex profile fraction %d after the hub stopped, want %d as before", got, before)
 	}
 }
 
