@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,5 +44,59 @@ func TestAgentPathDoesNotWaitForTheHubLock(t *testing.T) {
 	}
 	if !h.history.reported("n1", "web", "x") || h.history.reported("n1", "web", "a") || h.history.reported("n1", "db", "1") {
 		t.Fatal("reported disagrees with the history")
+	}
+}
+
+// TestReportAsksAreOncePerNodeUnderConcurrentPolls: polls of many nodes
+// at once ask each node missing from
+// the observations for a report exactly once, whichever of its
+// concurrent polls comes first; a report taken after the reconcile, or an
+// ambiguous item recorded meanwhile, each decide for their node only.
+func TestReportAsksAreOncePerNodeUnderConcurrentPolls(t *testing.T) {
+	const nodes, pollers = 5000, 8
+	var r reportAsks
+	now := time.Now()
+	known := map[string]*fleetwave.Node{}
+	for i := range nodes {
+		known[fmt.Sprintf("n%d", i)] = &fleetwave.Node{}
+	}
+	r.reconciled(map[string]bool{"n0": true}, now, &fleetwave.Snapshot{Nodes: known})
+	r.took("n1", [32]byte{}, now.Add(time.Second)) // reported after the reconcile read
+	asked := make([][]bool, pollers)
+	var wg sync.WaitGroup
+	for p := range pollers {
+		asked[p] = make([]bool, nodes)
+		wg.Go(func() {
+			for i := range nodes {
+				asked[p][i] = r.wants(fmt.Sprintf("n%d", i), now.Add(2*time.Second))
+			}
+		})
+	}
+	wg.Wait()
+	for i := range nodes {
+		n := 0
+		for p := range pollers {
+			if asked[p][i] {
+				n++
+			}
+		}
+		if want := map[bool]int{true: 0, false: 1}[i < 2]; n != want {
+			t.Fatalf("n%d asked %d times by %d concurrent polls, want %d", i, n, pollers, want)
+		}
+	}
+	// an ambiguous item asks an observed node too, each node once a minute
+	r.await([]string{"n0", "n7"})
+	if soon := now.Add(3 * time.Second); !r.wants("n0", soon) || r.wants("n7", soon) || r.wants("n8", soon) {
+		t.Fatal("await: want n0 asked at once, n7 and n8 (asked a second ago) not")
+	}
+	later := now.Add(2*time.Second + reportAskEvery)
+	if !r.wants("n7", later) {
+		t.Fatal("await: n7 not asked again once the minute was over")
+	}
+	if _, _, at, ok := r.took("n7", [32]byte{1}, later); !ok || !at.Equal(later) {
+		t.Fatalf("took n7: asked at %v (%v), want %v", at, ok, later)
+	}
+	if r.wants("n7", later.Add(2*reportAskEvery)) {
+		t.Fatal("n7 reported after the reconcile: asked again")
 	}
 }
