@@ -2,10 +2,12 @@ package fleetsim
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -87,8 +89,10 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	bin := fleetwaveBinary(t)
 	var progress bytes.Buffer
 	const n = 1200
+	profiles := t.TempDir()
 	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: 200 * time.Millisecond, Pushes: 2, Seed: 7,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress,
+		HeapProfile: filepath.Join(profiles, "heap.pprof"), MutexProfile: filepath.Join(profiles, "mutex.pprof")})
 	t.Log(progress.String())
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +117,12 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	// waiting path grew.
 	if res.PollStack <= 0 || res.PollStack >= 16<<10 {
 		t.Errorf("hub goroutine stacks per poll held: %d bytes, want under 16 KiB", res.PollStack)
+	}
+	// the profiles the run asked for are the hub's, each of its kind
+	for file, sampleType := range map[string]string{"heap.pprof": "inuse_space", "mutex.pprof": "contentions"} {
+		if text := gunzip(t, filepath.Join(profiles, file)); !strings.Contains(text, sampleType) {
+			t.Errorf("%s: no %q sample type: not the profile asked for", file, sampleType)
+		}
 	}
 	if res.Fleet.Redelivered != 0 || res.Fleet.Refused != 0 {
 		t.Errorf("fleet stats %+v: want no redelivery and no refused result", res.Fleet)
@@ -441,4 +451,24 @@ func TestH2CPollsShareFewConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// gunzip is the decompressed content of the gzip file at path (a pprof
+// profile is a gzipped protocol buffer, its strings in the clear).
+func gunzip(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return string(b)
 }
