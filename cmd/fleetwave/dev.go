@@ -57,7 +57,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.statusInt, "status-interval", 2*time.Second, "status.interval of the hub this command starts")
 	cmd.Flags().StringVar(&f.hubLog, "hub-log-level", "warn", "log level of the hub this command starts (info logs every attempt and result)")
 	cmd.Flags().StringVar(&f.heapDir, "heap-profile", "", "directory for the heap profile of the hub this command starts, taken once the rollout is done (heap-<nodes>.pprof; read with go tool pprof -top -inuse_space)")
-	cmd.Flags().StringVar(&f.mutexDir, "mutex-profile", "", "directory for the mutex profile of the hub this command starts (its lock waits over the whole run, one in ten sampled), taken with the heap's (mutex-<nodes>.pprof; read with go tool pprof -top)")
+	cmd.Flags().StringVar(&f.mutexDir, "mutex-profile", "", "directory for the mutex profile of the hub this command starts (its lock waits over the whole run, one in ten sampled), taken once the rollout is done (mutex-<nodes>.pprof; read with go tool pprof -top)")
 }
 
 // heapProfile is the file of the hub's heap profile for n nodes ("" for none).

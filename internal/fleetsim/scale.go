@@ -768,9 +768,9 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 	return nil
 }
 
-// fetchProfile saves the profile at url (the hub's debug.listen) to path.
-func fetchProfile(ctx context.Context, url, path string) error {
-	return get(ctx, &http.Client{Timeout: time.Minute}, url, func(r io.Reader) error {
+// fetchProfile saves the profile at addr (on the hub's debug.listen) to path.
+func fetchProfile(ctx context.Context, addr, path string) error {
+	return get(ctx, &http.Client{Timeout: time.Minute}, addr, func(r io.Reader) error {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
