@@ -18,7 +18,10 @@ import (
 // poll and its results.
 
 // reportAsks is what decides whether the hub asks a node for a full
-// report (WantsReport).
+// report (WantsReport). Every poll and every report take its one lock, on
+// purpose: in 64 shards by node the waits behind it left the hub's mutex
+// profile, but a 100,000-node rollout ran slower, not faster (the scale
+// report's attempts 77 to 82).
 type reportAsks struct {
 	mu sync.Mutex
 	// observed are the nodes with a full report at the last reconcile,
