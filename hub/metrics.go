@@ -23,16 +23,17 @@ import (
 // BRCs come from the repository; node, rollout and attempt ids never are
 // labels.
 type metrics struct {
-	reg             *prometheus.Registry
-	syncSeconds     prometheus.Histogram
-	syncStepSecs    *prometheus.HistogramVec
-	statusStepSecs  *prometheus.HistogramVec
-	reconcileSecs   prometheus.Histogram
-	leader          prometheus.Gauge
-	leaseLost       prometheus.Counter
-	rejectedCommits prometheus.Counter
-	statusCommits   prometheus.Counter
-	itemsCreated    prometheus.Counter
+	reg               *prometheus.Registry
+	syncSeconds       prometheus.Histogram
+	syncStepSecs      *prometheus.HistogramVec
+	statusStepSecs    *prometheus.HistogramVec
+	reconcileSecs     prometheus.Histogram
+	reconcileStepSecs *prometheus.HistogramVec
+	leader            prometheus.Gauge
+	leaseLost         prometheus.Counter
+	rejectedCommits   prometheus.Counter
+	statusCommits     prometheus.Counter
+	itemsCreated      prometheus.Counter
 	// statusRolloutReads counts rollouts whose items a status write read
 	// (finished rollouts are cached).
 	statusRolloutReads prometheus.Counter
@@ -61,6 +62,9 @@ func newMetrics(h *Hub) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"step"}),
 		reconcileSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetwave_reconcile_seconds",
 			Help: "Time to plan the fleet and hand rollouts to the engine.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		reconcileStepSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_reconcile_step_seconds",
+			Help:    "Time of each step of a reconcile (observe, drained, plan, create, requests, approvals).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"step"}),
 		leader:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetwave_leader", Help: "1 while this hub holds the leader lease."}),
 		leaseLost:       prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_lease_lost_total", Help: "Leader leases lost or expired."}),
 		rejectedCommits: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_commits_rejected_total", Help: "Commits rejected as invalid."}),
@@ -99,7 +103,7 @@ func newMetrics(h *Hub) *metrics {
 	goc := collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)}))
 	reg.MustRegister(goc, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
+		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.reconcileStepSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
 		m.statusRolloutReads, &itemsCollector{h: h},
 		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused, m.unreceived,
 		&fleetCollector{h: h})
@@ -124,6 +128,13 @@ func (m *metrics) syncSteps(l *laps.Laps) {
 func (m *metrics) statusSteps(l *laps.Laps) {
 	if m != nil {
 		observeSteps(m.statusStepSecs, l)
+	}
+}
+
+// reconcileSteps records the steps of one reconcile.
+func (m *metrics) reconcileSteps(l *laps.Laps) {
+	if m != nil {
+		observeSteps(m.reconcileStepSecs, l)
 	}
 }
 

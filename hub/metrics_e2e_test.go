@@ -297,6 +297,12 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 			t.Errorf("status step %s was not timed", step)
 		}
 	}
+	// each step of a reconcile was timed
+	for _, step := range []string{"observe", "drained", "plan", "create", "requests", "approvals"} {
+		if after.sum("fleetwave_reconcile_step_seconds_count", `step="`+step+`"`) <= before.sum("fleetwave_reconcile_step_seconds_count", `step="`+step+`"`) {
+			t.Errorf("reconcile step %s was not timed", step)
+		}
+	}
 	// no node, rollout, item or attempt id is a label value
 	for k := range after {
 		for _, id := range []string{`"n1"`, `"n2"`, `"n3"`, `"n4"`, `"db-g1"`, `"db-g1.`, `"slow"`} {

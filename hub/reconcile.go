@@ -72,6 +72,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	defer func() {
 		took := time.Since(start)
 		h.metrics.reconcileSecs.Observe(took.Seconds())
+		h.metrics.reconcileSteps(phases)
 		h.sent.reconciled(took)
 		ev := h.log.Debug()
 		if took >= slowReconcile {

@@ -367,6 +367,34 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 	return out, sc.Err()
 }
 
+// The steps of the hub's status writes and reconciles, in order, as its
+// fleetwave_status_step_seconds and fleetwave_reconcile_step_seconds label
+// them (docs/metrics.md).
+var (
+	statusStepNames    = []string{"read", "engine", "rollouts", "summary", "nodes", "fetch", "edit", "encode", "store", "push", "record", "ack"}
+	reconcileStepNames = []string{"observe", "drained", "plan", "create", "requests", "approvals"}
+)
+
+// scrapeStepMeans returns the mean of each step of histogram name (by its
+// step label) that the hub at url observed at least once.
+func scrapeStepMeans(url, name string, steps []string) (map[string]time.Duration, error) {
+	keys := make([]string, len(steps))
+	for i, st := range steps {
+		keys[i] = name + `{step="` + st + `"}`
+	}
+	hs, err := scrapeHistograms(url, keys...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Duration{}
+	for i, st := range steps {
+		if h := hs[keys[i]]; h.Count > 0 {
+			out[st] = h.Mean()
+		}
+	}
+	return out, nil
+}
+
 // get asks url and hands read the body of a 200 answer.
 func get(ctx context.Context, client *http.Client, url string, read func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"bytes"
 	"context"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -141,5 +142,32 @@ func TestScrapeHistogramsByRoute(t *testing.T) {
 	row := Row{Values: []float64{slow.Seconds()}, Unit: unitDuration, Target: 3, HasTarget: true}
 	if slow != -2*time.Second || row.format(row.Values[0]) != "> 2.00 s" || row.Met(0) {
 		t.Fatalf("a 7 s observation above buckets of 1 and 2 s: max %v, printed %q, met %v; want > 2.00 s, missed", slow, row.format(row.Values[0]), row.Met(0))
+	}
+}
+
+// TestScrapeStepMeans: each step's mean comes from its own series of the
+// step label, a step the hub never timed is left out, and another
+// histogram with the same label does not mix in.
+func TestScrapeStepMeans(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	status := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_status_step_seconds",
+		Buckets: []float64{0.1, 1}}, []string{"step"})
+	sync := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetwave_sync_step_seconds",
+		Buckets: []float64{0.1, 1}}, []string{"step"})
+	reg.MustRegister(status, sync)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	status.WithLabelValues("nodes").Observe(0.5)
+	status.WithLabelValues("nodes").Observe(1.5)
+	status.WithLabelValues("push").Observe(0.25)
+	sync.WithLabelValues("push").Observe(9)
+
+	got, err := scrapeStepMeans(srv.URL, "fleetwave_status_step_seconds", statusStepNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{"nodes": time.Second, "push": 250 * time.Millisecond}
+	if !maps.Equal(got, want) {
+		t.Fatalf("step means %v, want %v", got, want)
 	}
 }

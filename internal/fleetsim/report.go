@@ -143,6 +143,27 @@ func Rows(results []Result) []Row {
 			return f(r.Waves).Seconds()
 		})
 	}
+	// the summed means of some steps of the hub's status writes or
+	// reconciles; none in a run from before they were read
+	steps := func(of func(Result) map[string]time.Duration, names ...string) []float64 {
+		return col(func(r Result) float64 {
+			m := of(r)
+			if m == nil {
+				return math.NaN()
+			}
+			var d time.Duration
+			for _, n := range names {
+				d += m[n]
+			}
+			return d.Seconds()
+		})
+	}
+	statusSteps := func(names ...string) []float64 {
+		return steps(func(r Result) map[string]time.Duration { return r.StatusSteps }, names...)
+	}
+	reconcileSteps := func(names ...string) []float64 {
+		return steps(func(r Result) map[string]time.Duration { return r.ReconcileSteps }, names...)
+	}
 	maxPush := func(r Result) time.Duration {
 		var m time.Duration
 		for _, d := range r.PushDispatch {
@@ -176,6 +197,10 @@ func Rows(results []Result) []Row {
 		{Name: "hub sync of a commit (fetch, validate, apply), mean", Values: dur(func(r Result) time.Duration { return r.SyncMean }), Unit: unitDuration},
 		{Name: "plan (hub reconcile), mean", Values: dur(func(r Result) time.Duration { return r.PlanMean }), Unit: unitDuration},
 		{Name: "plan (hub reconcile), max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.PlanMax }), Unit: unitDuration},
+		{Name: "  of a reconcile, mean: observations read (with the wait for a read in progress)", Values: reconcileSteps("observe"), Unit: unitDuration},
+		{Name: "  of a reconcile, mean: plan (every node)", Values: reconcileSteps("plan"), Unit: unitDuration},
+		{Name: "  of a reconcile, mean: items handed to the engine, and those sent before checked", Values: reconcileSteps("create"), Unit: unitDuration},
+		{Name: "  of a reconcile, mean: the rest (drained, requests, approvals)", Values: reconcileSteps("drained", "requests", "approvals"), Unit: unitDuration},
 		{Name: "rollout makespan (first dispatch -> last item completed)", Values: dur(func(r Result) time.Duration { return r.Makespan }), Unit: unitDuration},
 		{Name: "rollout ideal (ceil(N/max_concurrent) x action)", Values: dur(func(r Result) time.Duration { return r.Ideal }), Unit: unitDuration},
 		{Name: "makespan / ideal", Values: col(func(r Result) float64 {
@@ -188,6 +213,9 @@ func Rows(results []Result) []Row {
 		{Name: "  per wave (median): first received -> last result answered, less the action", Values: wave(func(w Waves) time.Duration { return w.Tail }), Unit: unitDuration, Signed: true},
 		{Name: "  per wave (median): last result answered -> next wave's first received", Values: wave(func(w Waves) time.Duration { return w.Gap }), Unit: unitDuration, Signed: true},
 		{Name: "status commit (documents built, committed, pushed), mean", Values: dur(func(r Result) time.Duration { return r.StatusMean }), Unit: unitDuration},
+		{Name: "  of a status write, mean: documents built (read, engine, rollouts, summary, nodes)", Values: statusSteps("read", "engine", "rollouts", "summary", "nodes"), Unit: unitDuration},
+		{Name: "  of a status write, mean: commit made (fetch, edit, encode, store)", Values: statusSteps("fetch", "edit", "encode", "store"), Unit: unitDuration},
+		{Name: "  of a status write, mean: commit pushed (push, record, ack)", Values: statusSteps("push", "record", "ack"), Unit: unitDuration},
 		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
 			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},
 		{Name: "hub peak RSS", Values: col(func(r Result) float64 { return float64(r.HubRSSPeak) }), Unit: unitBytes, Target: 1 << 30, HasTarget: true},

@@ -117,16 +117,21 @@ type Result struct {
 	StatusMean   time.Duration // hub: build and push a status commit
 	StatusMax    time.Duration
 	StatusCount  int
-	Makespan     time.Duration // the rollout's first dispatch -> its last item completed
-	Ideal        time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
-	HubRSSPeak   int64         // bytes (VmHWM)
-	HubCPU       time.Duration // hub CPU time during the rollout
-	RolloutWall  time.Duration // the rollout's wall time for HubCPU (push -> last result)
-	Waves        Waves         // the makespan wave by wave, as the fleet saw it
-	RedisUsed    int64
-	RedisPeak    int64
-	Summary      Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
-	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
+	// StatusSteps and ReconcileSteps are the mean time of each step of the
+	// hub's status writes and reconciles over the run, by step (its
+	// fleetwave_status_step_seconds and fleetwave_reconcile_step_seconds);
+	// none in the runs from before they were read
+	StatusSteps, ReconcileSteps map[string]time.Duration `json:",omitempty"`
+	Makespan                    time.Duration            // the rollout's first dispatch -> its last item completed
+	Ideal                       time.Duration            // ceil(Nodes/MaxConcurrent) x ActionDuration
+	HubRSSPeak                  int64                    // bytes (VmHWM)
+	HubCPU                      time.Duration            // hub CPU time during the rollout
+	RolloutWall                 time.Duration            // the rollout's wall time for HubCPU (push -> last result)
+	Waves                       Waves                    // the makespan wave by wave, as the fleet saw it
+	RedisUsed                   int64
+	RedisPeak                   int64
+	Summary                     Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
+	RolloutPage                 Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
 
 	// the same reads as a client that accepts no stale answer (N is 0 in
 	// the runs from before the console accepted them)
@@ -542,6 +547,12 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.SyncMean, res.SyncMax = syncH.Mean(), syncH.Max()
 	res.PlanMean, res.PlanMax = plan.Mean(), plan.Max()
 	res.StatusMean, res.StatusMax, res.StatusCount = status.Mean(), status.Max(), int(status.Count)
+	if res.StatusSteps, err = scrapeStepMeans(hub.url, "fleetwave_status_step_seconds", statusStepNames); err != nil {
+		return res, err
+	}
+	if res.ReconcileSteps, err = scrapeStepMeans(hub.url, "fleetwave_reconcile_step_seconds", reconcileStepNames); err != nil {
+		return res, err
+	}
 
 	// the rollout as the API tells it, against what the fleet ran
 	rollout, items, err := readRollout(ctx, &http.Client{Timeout: time.Minute}, hub.url, mainID)
