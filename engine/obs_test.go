@@ -106,6 +106,74 @@ func TestObservationsDecodedOnceStayCurrent(t *testing.T) {
 	})
 }
 
+// TestSharedObservationsDoNotWaitForARead: while a read of the
+// observations is in progress (a reconcile's Observe holds omu), a shared
+// read answers at once with what was read before; it waits only when
+// nothing was read yet, so it never answers with an empty fleet.
+func TestSharedObservationsDoNotWaitForARead(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		report := func(version string) {
+			t.Helper()
+			h.clk.Advance(time.Second)
+			if err := h.e.Report(h.ctx, fleetwave.Report{Node: "n1", SentAt: h.clk.Now(),
+				Instances: []fleetwave.InstanceStatus{{Block: "web", Version: version, Generation: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		type answer struct {
+			obs fleetwave.Observations
+			err error
+		}
+		shared := func() <-chan answer {
+			out := make(chan answer, 1)
+			go func() {
+				obs, err := h.e.ObservationsShared(h.ctx)
+				out <- answer{obs, err}
+			}()
+			return out
+		}
+		version := func(a answer) string {
+			t.Helper()
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			if a.obs["n1"] == nil || len(a.obs["n1"].Instances) != 1 {
+				t.Fatalf("observations %+v: want n1 with its instance", a.obs)
+			}
+			return a.obs["n1"].Instances[0].Version
+		}
+		report("1.0")
+
+		// nothing read yet: the first shared read waits for the read in
+		// progress, then reads
+		h.e.omu.Lock()
+		first := shared()
+		time.Sleep(50 * time.Millisecond)
+		h.e.omu.Unlock()
+		if v := version(<-first); v != "1.0" {
+			t.Fatalf("first shared read: n1 at %s, want 1.0", v)
+		}
+
+		// a read in progress: the kept reports at once, then the new one
+		report("2.0")
+		h.e.omu.Lock()
+		select {
+		case a := <-shared():
+			if v := version(a); v != "1.0" {
+				t.Fatalf("shared read beside a read in progress: n1 at %s, want what was read before (1.0)", v)
+			}
+		case <-time.After(30 * time.Second):
+			h.e.omu.Unlock()
+			t.Fatal("a shared read waited for the read in progress")
+		}
+		h.e.omu.Unlock()
+		if v := version(<-shared()); v != "2.0" {
+			t.Fatalf("shared read after the read: n1 at %s, want 2.0", v)
+		}
+	})
+}
+
 // obsReads counts the HGETALLs of keys containing what (":obsi:": the
 // nodes whose instances a client read; ":i:": the items).
 type obsReads struct {
