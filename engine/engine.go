@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -139,9 +138,6 @@ type Engine struct {
 	// the last full or incremental read left it.
 	omu   sync.Mutex
 	obsAt obsMark
-	// obsRead says obs holds a whole read (ObservationsShared may return
-	// it without waiting for omu)
-	obsRead atomic.Bool
 
 	kept keptRollouts // the items of open rollouts as last read (Rollout)
 

@@ -52,25 +52,8 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 // later calls, and must not be changed. A status write reads every node's
 // observation every few seconds to compare it with what it last wrote;
 // copying 100,000 reports for that was a sixth of its CPU.
-//
-// It does not wait for a read in progress (Observe's, one at a time): it
-// returns the kept reports as they are, each node's the newest read so
-// far, never older than an earlier call's. A reconcile must see every
-// report taken before it starts, so it waits for the read in progress and
-// reads again; a status write or a metrics scrape shows what was read,
-// and the next one what the read in progress brought. (At 100,000 nodes
-// a reconcile's read took up to 4 s, and the status write's Redis reads,
-// this one among them, 0.6 s on average and up to 2.7 s.) It waits only
-// while nothing was read yet.
 func (e *Engine) ObservationsShared(ctx context.Context) (fleetwave.Observations, error) {
-	if !e.omu.TryLock() {
-		if e.obsRead.Load() {
-			return e.obs.all(true), nil
-		}
-		e.omu.Lock()
-	}
-	defer e.omu.Unlock()
-	obs, _, err := e.observeLocked(ctx, true)
+	obs, _, err := e.observe(ctx, true)
 	return obs, err
 }
 
@@ -79,11 +62,6 @@ func (e *Engine) ObservationsShared(ctx context.Context) (fleetwave.Observations
 func (e *Engine) observe(ctx context.Context, shared bool) (fleetwave.Observations, int64, error) {
 	e.omu.Lock()
 	defer e.omu.Unlock()
-	return e.observeLocked(ctx, shared)
-}
-
-// observeLocked is observe with omu held.
-func (e *Engine) observeLocked(ctx context.Context, shared bool) (fleetwave.Observations, int64, error) {
 	runID := e.serverRunID(ctx)
 	now := e.clock.Now()
 	at := e.obsAt
@@ -120,7 +98,6 @@ func (e *Engine) observeLocked(ctx context.Context, shared bool) (fleetwave.Obse
 			e.obs.keepOnly(obs)
 			e.obsAt = obsMark{ver: version, server: server, full: now}
 		}
-		e.obsRead.Store(true)
 		return obs, version, nil
 	}
 }
