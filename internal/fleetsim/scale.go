@@ -117,21 +117,16 @@ type Result struct {
 	StatusMean   time.Duration // hub: build and push a status commit
 	StatusMax    time.Duration
 	StatusCount  int
-	// StatusSteps and ReconcileSteps are the mean time of each step of the
-	// hub's status writes and reconciles over the run, by step (its
-	// fleetwave_status_step_seconds and fleetwave_reconcile_step_seconds);
-	// none in the runs from before they were read
-	StatusSteps, ReconcileSteps map[string]time.Duration `json:",omitempty"`
-	Makespan                    time.Duration            // the rollout's first dispatch -> its last item completed
-	Ideal                       time.Duration            // ceil(Nodes/MaxConcurrent) x ActionDuration
-	HubRSSPeak                  int64                    // bytes (VmHWM)
-	HubCPU                      time.Duration            // hub CPU time during the rollout
-	RolloutWall                 time.Duration            // the rollout's wall time for HubCPU (push -> last result)
-	Waves                       Waves                    // the makespan wave by wave, as the fleet saw it
-	RedisUsed                   int64
-	RedisPeak                   int64
-	Summary                     Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
-	RolloutPage                 Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
+	Makespan     time.Duration // the rollout's first dispatch -> its last item completed
+	Ideal        time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
+	HubRSSPeak   int64         // bytes (VmHWM)
+	HubCPU       time.Duration // hub CPU time during the rollout
+	RolloutWall  time.Duration // the rollout's wall time for HubCPU (push -> last result)
+	Waves        Waves         // the makespan wave by wave, as the fleet saw it
+	RedisUsed    int64
+	RedisPeak    int64
+	Summary      Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
+	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
 
 	// the same reads as a client that accepts no stale answer (N is 0 in
 	// the runs from before the console accepted them)
@@ -153,6 +148,12 @@ type Result struct {
 	// once the rollout is done (less those of the hub before the fleet
 	// came); 0 in the runs from before it was measured
 	PollStack int64
+
+	// StatusSteps and ReconcileSteps are the mean time of each step of the
+	// hub's status writes and reconciles over the run, by step (its
+	// fleetwave_status_step_seconds and fleetwave_reconcile_step_seconds);
+	// none in the runs from before they were read
+	StatusSteps, ReconcileSteps map[string]time.Duration `json:",omitempty"`
 }
 
 // PushStage splits one push -> first dispatch into the hub's stages, each
