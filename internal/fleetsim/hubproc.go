@@ -375,24 +375,26 @@ var (
 	reconcileStepNames = []string{"observe", "drained", "plan", "create", "requests", "approvals"}
 )
 
-// scrapeStepMeans returns the mean of each step of histogram name (by its
-// step label) that the hub at url observed at least once.
-func scrapeStepMeans(url, name string, steps []string) (map[string]time.Duration, error) {
+// stepKeys are the keys scrapeHistograms gives the series of each step of
+// histogram name (its step label).
+func stepKeys(name string, steps []string) []string {
 	keys := make([]string, len(steps))
 	for i, st := range steps {
 		keys[i] = name + `{step="` + st + `"}`
 	}
-	hs, err := scrapeHistograms(url, keys...)
-	if err != nil {
-		return nil, err
-	}
+	return keys
+}
+
+// stepMeans returns the mean of each step of histogram name that hs (a
+// scrape that asked for stepKeys(name, steps)) saw observed at least once.
+func stepMeans(hs map[string]histogram, name string, steps []string) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	for i, st := range steps {
-		if h := hs[keys[i]]; h.Count > 0 {
-			out[st] = h.Mean()
+	for i, key := range stepKeys(name, steps) {
+		if h := hs[key]; h.Count > 0 {
+			out[steps[i]] = h.Mean()
 		}
 	}
-	return out, nil
+	return out
 }
 
 // get asks url and hands read the body of a 200 answer.

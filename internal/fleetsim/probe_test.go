@@ -162,10 +162,11 @@ func TestScrapeStepMeans(t *testing.T) {
 	status.WithLabelValues("push").Observe(0.25)
 	sync.WithLabelValues("push").Observe(9)
 
-	got, err := scrapeStepMeans(srv.URL, "fleetwave_status_step_seconds", statusStepNames)
+	hs, err := scrapeHistograms(srv.URL, stepKeys("fleetwave_status_step_seconds", statusStepNames)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := stepMeans(hs, "fleetwave_status_step_seconds", statusStepNames)
 	want := map[string]time.Duration{"nodes": time.Second, "push": 250 * time.Millisecond}
 	if !maps.Equal(got, want) {
 		t.Fatalf("step means %v, want %v", got, want)

@@ -531,8 +531,11 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		}
 	}
 
-	// a status commit after the rollout
+	// a status commit after the rollout; the hub's histograms, steps
+	// included, from the scrape that saw it
 	names := []string{"fleetwave_sync_seconds", "fleetwave_reconcile_seconds", "fleetwave_status_commit_seconds"}
+	names = append(names, stepKeys("fleetwave_status_step_seconds", statusStepNames)...)
+	names = append(names, stepKeys("fleetwave_reconcile_step_seconds", reconcileStepNames)...)
 	h0, err := scrapeHistograms(hub.url, names...)
 	if err != nil {
 		return res, err
@@ -548,12 +551,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.SyncMean, res.SyncMax = syncH.Mean(), syncH.Max()
 	res.PlanMean, res.PlanMax = plan.Mean(), plan.Max()
 	res.StatusMean, res.StatusMax, res.StatusCount = status.Mean(), status.Max(), int(status.Count)
-	if res.StatusSteps, err = scrapeStepMeans(hub.url, "fleetwave_status_step_seconds", statusStepNames); err != nil {
-		return res, err
-	}
-	if res.ReconcileSteps, err = scrapeStepMeans(hub.url, "fleetwave_reconcile_step_seconds", reconcileStepNames); err != nil {
-		return res, err
-	}
+	res.StatusSteps = stepMeans(hs, "fleetwave_status_step_seconds", statusStepNames)
+	res.ReconcileSteps = stepMeans(hs, "fleetwave_reconcile_step_seconds", reconcileStepNames)
 
 	// the rollout as the API tells it, against what the fleet ran
 	rollout, items, err := readRollout(ctx, &http.Client{Timeout: time.Minute}, hub.url, mainID)
