@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/hub"
 	"github.com/fleetwave/fleetwave/internal/clock"
+	"github.com/fleetwave/fleetwave/internal/freeport"
 	"github.com/fleetwave/fleetwave/internal/testutil/browser"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
@@ -419,16 +421,15 @@ func TestApprovalAuthorizationMatrix(t *testing.T) {
 	})
 }
 
-// freeAddr returns a loopback address with a port free right now.
+// freeAddr returns a loopback address with a port free right now, never
+// one given before in this test binary.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Take()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // tryCall is apiCall for a hub that may die during the call: a transport

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/freeport"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
@@ -152,15 +152,6 @@ type agentInst struct {
 type redisInst struct {
 	dir, sock, logPath string
 	p                  *proc
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // newCluster writes the repository, starts Redis, the hubs and the agents,
@@ -395,7 +386,7 @@ func (c *cluster) leaseFence() int64 {
 // --- hubs ---
 
 func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
-	port, err := freePort()
+	port, err := freeport.Take()
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave/internal/freeport"
 )
 
 // gitEnv keeps the developer's git configuration out of the scenario's
@@ -75,16 +76,6 @@ type hubProc struct {
 	debugURL string
 }
 
-// freePort asks the system for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startHub writes hub.yaml into dir and starts the hub on it; it returns
 // once /readyz answers 200 (or fails after timeout).
 // hubSettings are the hub.yaml settings a scale run chooses.
@@ -99,12 +90,12 @@ type hubSettings struct {
 const mutexProfileFraction = 10
 
 func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, set hubSettings, timeout time.Duration, logLevel string) (*hubProc, error) {
-	port, err := freePort()
+	port, err := freeport.Take()
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
 	}
 	dataDir := filepath.Join(dir, "hub")
-	debugPort, err := freePort()
+	debugPort, err := freeport.Take()
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
 	}
