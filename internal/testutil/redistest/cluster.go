@@ -52,17 +52,14 @@ func StartCluster(tb testing.TB, o ClusterOptions) *Cluster {
 	var all []*proc
 	for i := range 6 {
 		dir := filepath.Join(root, "node"+strconv.Itoa(i+1))
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			tb.Fatal(err)
-		}
 		// the bus port is given, not port+10000, which may be taken or
 		// past 65535
-		port, bus := freePort(tb), freePort(tb)
-		args := append(serverArgs(port, dir, o.Password),
-			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10))
-		p := startProc(tb, port, dir, args...)
+		p := startProc(tb, dir, 2, func(ports []int) []string {
+			return append(serverArgs(ports[0], dir, o.Password),
+				"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ports[1]),
+				"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+				"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10))
+		})
 		c.Addrs = append(c.Addrs, p.addr)
 		c.nodes[p.addr] = p
 		all = append(all, p)

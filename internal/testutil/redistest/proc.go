@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetwave/fleetwave/internal/freeport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,17 +34,6 @@ type proc struct {
 	exited chan struct{}
 }
 
-// freePort returns a loopback TCP port nobody listens on now.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("redistest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // tempDir is a fresh short directory, removed when tb ends (after the
 // processes working in it were killed: cleanups run last-in first-out).
 func tempDir(tb testing.TB) string {
@@ -54,34 +46,111 @@ func tempDir(tb testing.TB) string {
 	return dir
 }
 
-// startProc execs redis-server with args in dir, logging to dir/redis.log,
-// and kills it when tb ends; when tb failed, the end of its log is
-// reported. It does not wait for the process to answer.
-func startProc(tb testing.TB, port int, dir string, args ...string) *proc {
+// takePort hands out the ports of startProc (a test takes one somebody
+// listens on).
+var takePort = freeport.Take
+
+// startTries bounds how often startProc starts a process on other ports
+// because one was taken.
+const startTries = 5
+
+// startProc execs redis-server in dir on nports fresh loopback ports: args
+// builds its command line from them (the first is the one clients use) and
+// may write files into dir; the server logs to dir/redis.log. It returns
+// once the server runs. Someone else may bind a port between its choice
+// and the server's own bind (another test binary, a connection's local
+// port): the server then exits at once, and is started again on other
+// ports in an emptied dir. The process is killed when tb ends; when tb
+// failed, the end of its log is reported.
+func startProc(tb testing.TB, dir string, nports int, args func(ports []int) []string) *proc {
 	tb.Helper()
 	bin, err := binary()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &proc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, log: filepath.Join(dir, "redis.log"), exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Dir = dir
-	// the servers die with the test binary, even when it crashes
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		tb.Fatalf("redistest: start %s: %v", bin, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
-	tb.Cleanup(func() {
-		p.kill()
-		if tb.Failed() {
-			tb.Logf("redistest: end of the log of %s:\n%s", p.addr, p.logTail(15))
+	for try := 1; ; try++ {
+		ports := make([]int, nports)
+		for i := range ports {
+			if ports[i], err = takePort(); err != nil {
+				tb.Fatalf("redistest: %v", err)
+			}
 		}
-	})
-	return p
+		if err := os.RemoveAll(dir); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			tb.Fatal(err)
+		}
+		p := &proc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), dir: dir, log: filepath.Join(dir, "redis.log"), exited: make(chan struct{})}
+		p.cmd = exec.Command(bin, args(ports)...)
+		p.cmd.Dir = dir
+		// the servers die with the test binary, even when it crashes
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := p.cmd.Start(); err != nil {
+			tb.Fatalf("redistest: start %s: %v", bin, err)
+		}
+		go func() {
+			_ = p.cmd.Wait()
+			close(p.exited)
+		}()
+		tb.Cleanup(func() {
+			p.kill()
+			if tb.Failed() {
+				tb.Logf("redistest: end of the log of %s:\n%s", p.addr, p.logTail(15))
+			}
+		})
+		if p.running(tb) {
+			return p
+		}
+		tail := p.logTail(20)
+		if !strings.Contains(tail, "Address already in use") || try == startTries {
+			tb.Fatalf("redistest: %s on %v exited before it ran:\n%s", bin, ports, tail)
+		}
+		tb.Logf("redistest: a port of %v was taken before the server bound it; trying others", ports)
+	}
+}
+
+// running waits until the process has bound its ports (its log says it
+// runs, or after a while it answers PING) and returns true, or until it
+// exits and returns false.
+func (p *proc) running(tb testing.TB) bool {
+	tb.Helper()
+	start := time.Now()
+	for {
+		select {
+		case <-p.exited:
+			return false
+		default:
+		}
+		if b, _ := os.ReadFile(p.log); bytes.Contains(b, []byte("Running mode=")) {
+			return true
+		}
+		// a server whose log words it otherwise: a failed bind ends it
+		// long before this
+		if time.Since(start) > 2*time.Second && answers(p.addr) {
+			return true
+		}
+		if time.Since(start) > healthyWithin {
+			tb.Fatalf("redistest: %s does not run within %v:\n%s", p.addr, healthyWithin, p.logTail(20))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// answers reports whether a server at addr replies to PING (an error reply,
+// such as one asking for a password, counts).
+func answers(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && (strings.HasPrefix(line, "+") || strings.HasPrefix(line, "-"))
 }
 
 // kill sends SIGKILL and waits until the process was reaped.

@@ -53,17 +53,14 @@ func StartSentinel(tb testing.TB, o SentinelOptions) *Sentinel {
 	s := &Sentinel{Master: "fwmaster", o: o, servers: map[string]*proc{}}
 	var all []*proc
 	for i, role := range []string{"primary", "replica"} {
-		dir := filepath.Join(root, role)
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			tb.Fatal(err)
-		}
-		port := freePort(tb)
-		args := serverArgs(port, dir, o.Password)
-		if i == 1 {
-			host, p, _ := net.SplitHostPort(s.Servers[0])
-			args = append(args, "--replicaof", host, p)
-		}
-		pr := startProc(tb, port, dir, args...)
+		pr := startProc(tb, filepath.Join(root, role), 1, func(ports []int) []string {
+			args := serverArgs(ports[0], filepath.Join(root, role), o.Password)
+			if i == 1 {
+				host, p, _ := net.SplitHostPort(s.Servers[0])
+				args = append(args, "--replicaof", host, p)
+			}
+			return args
+		})
 		s.Servers = append(s.Servers, pr.addr)
 		s.servers[pr.addr] = pr
 		all = append(all, pr)
@@ -75,33 +72,31 @@ func StartSentinel(tb testing.TB, o SentinelOptions) *Sentinel {
 	host, primaryPort, _ := net.SplitHostPort(s.Servers[0])
 	for i := range 3 {
 		dir := filepath.Join(root, "sentinel"+strconv.Itoa(i+1))
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			tb.Fatal(err)
-		}
-		port := freePort(tb)
-		conf := []string{
-			"port " + strconv.Itoa(port),
-			"bind 127.0.0.1",
-			"dir " + dir,
-			"logfile " + filepath.Join(dir, "redis.log"),
-			fmt.Sprintf("sentinel monitor %s %s %s 2", s.Master, host, primaryPort),
-			fmt.Sprintf("sentinel down-after-milliseconds %s %d", s.Master, o.DownAfter.Milliseconds()),
-			fmt.Sprintf("sentinel failover-timeout %s 10000", s.Master),
-			fmt.Sprintf("sentinel parallel-syncs %s 1", s.Master),
-		}
-		if o.Password != "" {
-			conf = append(conf, fmt.Sprintf("sentinel auth-pass %s %s", s.Master, o.Password))
-		}
-		if o.SentinelPassword != "" {
-			// its own password, and the one it gives the other Sentinels
-			conf = append(conf, "requirepass "+o.SentinelPassword, "sentinel sentinel-pass "+o.SentinelPassword)
-		}
-		// a Sentinel rewrites its configuration file: it must be writable
 		path := filepath.Join(dir, "sentinel.conf")
-		if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
-			tb.Fatal(err)
-		}
-		pr := startProc(tb, port, dir, path, "--sentinel")
+		pr := startProc(tb, dir, 1, func(ports []int) []string {
+			conf := []string{
+				"port " + strconv.Itoa(ports[0]),
+				"bind 127.0.0.1",
+				"dir " + dir,
+				"logfile " + filepath.Join(dir, "redis.log"),
+				fmt.Sprintf("sentinel monitor %s %s %s 2", s.Master, host, primaryPort),
+				fmt.Sprintf("sentinel down-after-milliseconds %s %d", s.Master, o.DownAfter.Milliseconds()),
+				fmt.Sprintf("sentinel failover-timeout %s 10000", s.Master),
+				fmt.Sprintf("sentinel parallel-syncs %s 1", s.Master),
+			}
+			if o.Password != "" {
+				conf = append(conf, fmt.Sprintf("sentinel auth-pass %s %s", s.Master, o.Password))
+			}
+			if o.SentinelPassword != "" {
+				// its own password, and the one it gives the other Sentinels
+				conf = append(conf, "requirepass "+o.SentinelPassword, "sentinel sentinel-pass "+o.SentinelPassword)
+			}
+			// a Sentinel rewrites its configuration file: it must be writable
+			if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+				tb.Fatal(err)
+			}
+			return []string{path, "--sentinel"}
+		})
 		s.Addrs = append(s.Addrs, pr.addr)
 		all = append(all, pr)
 	}

@@ -2,8 +2,12 @@ package redistest
 
 import (
 	"context"
+	"net"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/fleetwave/fleetwave/internal/freeport"
 )
 
 // eventually retries op until it succeeds (clients see errors while a
@@ -99,4 +103,36 @@ func TestClusterFailsOverTheSlotOfAKey(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestStartProcOnATakenPort: a server whose port somebody bound after it
+// was chosen is started again on another, and runs.
+func TestStartProcOnATakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().(*net.TCPAddr).Port
+	calls := 0
+	takePort = func() (int, error) {
+		calls++
+		if calls == 1 {
+			return busy, nil
+		}
+		return freeport.Take()
+	}
+	t.Cleanup(func() { takePort = freeport.Take })
+	dir := filepath.Join(tempDir(t), "server")
+	p := startProc(t, dir, 1, func(ports []int) []string { return serverArgs(ports[0], dir, "") })
+	if p.addr == taken.Addr().String() {
+		t.Fatalf("the server claims the taken port %s", p.addr)
+	}
+	if calls != 2 {
+		t.Fatalf("%d ports taken, want 2 (the busy one, then another)", calls)
+	}
+	c := p.client(t, "")
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("the server started again does not answer: %v", err)
+	}
 }
