@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -385,13 +386,37 @@ func (c *cluster) leaseFence() int64 {
 
 // --- hubs ---
 
+// addHub writes a hub's configuration and starts it. A port somebody else
+// bound between its choice and the hub's own bind (another test binary, a
+// connection's local port) makes the hub exit at start: it is started
+// again on another port.
 func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
-	port, err := freeport.Take()
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		port, err := freeport.Take()
+		if err != nil {
+			return nil, err
+		}
+		h := &hubInst{key: key, hubID: hubID, port: port, dataDir: filepath.Join(c.dir, "hub-"+key),
+			cfgPath: filepath.Join(c.dir, "hub-"+key+".yaml"), logPath: filepath.Join(c.dir, "hub-"+key+".log")}
+		if err := c.writeHubConfig(h); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.hubs = append(c.hubs, h)
+		c.mu.Unlock()
+		err = c.startHub(h)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") || try == 5 {
+			return h, err
+		}
+		// forget the hub that never ran, and start it on another port
+		c.mu.Lock()
+		c.hubs = slices.DeleteFunc(c.hubs, func(x *hubInst) bool { return x == h })
+		c.mu.Unlock()
 	}
-	h := &hubInst{key: key, hubID: hubID, port: port, dataDir: filepath.Join(c.dir, "hub-"+key),
-		cfgPath: filepath.Join(c.dir, "hub-"+key+".yaml"), logPath: filepath.Join(c.dir, "hub-"+key+".log")}
+}
+
+// writeHubConfig writes h's hub.yaml.
+func (c *cluster) writeHubConfig(h *hubInst) error {
 	redisYAML := "redis: managed\n"
 	switch {
 	case c.redis != nil:
@@ -403,13 +428,13 @@ func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
 		redisYAML = fmt.Sprintf("redis:\n  cluster:\n    addrs: [%s]\n    password_file: %q\n", strings.Join(c.rcluster.Addrs, ", "), c.dataPassFile)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "hub_id: %s\n", hubID)
+	fmt.Fprintf(&b, "hub_id: %s\n", h.hubID)
 	fmt.Fprintf(&b, "repo:\n  url: %q\n  branch: main\n  poll_interval: 250ms\n", c.url)
 	if c.o.statusBranch != "" {
 		fmt.Fprintf(&b, "  status_branch: %q\n", c.o.statusBranch)
 	}
 	b.WriteString(redisYAML)
-	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\ndata_dir: %q\n", port, h.dataDir)
+	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\ndata_dir: %q\n", h.port, h.dataDir)
 	fmt.Fprintf(&b, "status: {interval: 300ms}\nlease_ttl: %s\nstep_interval: 100ms\nreconcile_interval: 500ms\n", c.o.leaseTTL)
 	b.WriteString("agents:\n  tokens:\n")
 	for _, n := range c.nodes {
@@ -417,13 +442,7 @@ func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
 	}
 	fmt.Fprintf(&b, "identities:\n  - {name: chaos-admin, role: admin, token_sha256: %s}\n  - {name: chaos-operator, role: operator, token_sha256: %s}\n",
 		sha(adminToken), sha(operatorToken))
-	if err := os.WriteFile(h.cfgPath, []byte(b.String()), 0o600); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.hubs = append(c.hubs, h)
-	c.mu.Unlock()
-	return h, c.startHub(h)
+	return os.WriteFile(h.cfgPath, []byte(b.String()), 0o600)
 }
 
 // startHub starts (or restarts: same hub id, same data dir) a hub process
