@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetwave/fleetwave/internal/freeport"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave/internal/freeport"
 )
 
 // healthyWithin bounds how long a topology may take to become healthy, and

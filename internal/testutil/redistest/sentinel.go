@@ -53,8 +53,9 @@ func StartSentinel(tb testing.TB, o SentinelOptions) *Sentinel {
 	s := &Sentinel{Master: "fwmaster", o: o, servers: map[string]*proc{}}
 	var all []*proc
 	for i, role := range []string{"primary", "replica"} {
-		pr := startProc(tb, filepath.Join(root, role), 1, func(ports []int) []string {
-			args := serverArgs(ports[0], filepath.Join(root, role), o.Password)
+		dir := filepath.Join(root, role)
+		pr := startProc(tb, dir, 1, func(ports []int) []string {
+			args := serverArgs(ports[0], dir, o.Password)
 			if i == 1 {
 				host, p, _ := net.SplitHostPort(s.Servers[0])
 				args = append(args, "--replicaof", host, p)
