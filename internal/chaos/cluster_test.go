@@ -405,7 +405,7 @@ func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
 		c.hubs = append(c.hubs, h)
 		c.mu.Unlock()
 		err = c.startHub(h)
-		if err == nil || !strings.Contains(err.Error(), "address already in use") || try == 5 {
+		if err == nil || !freeport.Taken(err.Error()) || try == freeport.StartTries {
 			return h, err
 		}
 		// forget the hub that never ran, and start it on another port

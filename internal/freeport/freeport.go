@@ -11,6 +11,7 @@ package freeport
 import (
 	"errors"
 	"net"
+	"strings"
 	"sync"
 )
 
@@ -49,4 +50,15 @@ func Take() (int, error) {
 		}
 	}
 	return 0, errors.New("freeport: every port the system offered was handed out before")
+}
+
+// StartTries bounds how often a caller starts a server again on a fresh
+// port because the one it was given was taken meanwhile.
+const StartTries = 5
+
+// Taken says whether a server's error or log says its port was bound by
+// somebody else between Take and the server's own bind (another process, a
+// connection's local port): the server is to be started on a fresh port.
+func Taken(text string) bool {
+	return strings.Contains(strings.ToLower(text), "address already in use")
 }

@@ -59,3 +59,23 @@ func TestTakeSkipsListenedPorts(t *testing.T) {
 		}
 	}
 }
+
+// TestTaken: a Go listener's error and redis-server's log line both say a
+// port was taken; another failure does not.
+func TestTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = net.Listen("tcp", l.Addr().String())
+	if err == nil || !Taken(err.Error()) {
+		t.Fatalf("listening on a taken port: %v, not seen as taken", err)
+	}
+	if !Taken("# Warning: Could not create server TCP listening socket 127.0.0.1:44173: bind: Address already in use") {
+		t.Fatal("redis-server's log line not seen as taken")
+	}
+	if Taken("listen: permission denied") {
+		t.Fatal("another failure seen as taken")
+	}
+}

@@ -51,10 +51,6 @@ func tempDir(tb testing.TB) string {
 // listens on).
 var takePort = freeport.Take
 
-// startTries bounds how often startProc starts a process on other ports
-// because one was taken.
-const startTries = 5
-
 // startProc execs redis-server in dir on nports fresh loopback ports: args
 // builds its command line from them (the first is the one clients use) and
 // may write files into dir; the server logs to dir/redis.log. It returns
@@ -104,7 +100,7 @@ func startProc(tb testing.TB, dir string, nports int, args func(ports []int) []s
 			return p
 		}
 		tail := p.logTail(20)
-		if !strings.Contains(tail, "Address already in use") || try == startTries {
+		if !freeport.Taken(tail) || try == freeport.StartTries {
 			tb.Fatalf("redistest: %s on %v exited before it ran:\n%s", bin, ports, tail)
 		}
 		tb.Logf("redistest: a port of %v was taken before the server bound it; trying others", ports)
