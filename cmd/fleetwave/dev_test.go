@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fleetwave/fleetwave/internal/fleetsim"
 )
 
@@ -61,5 +63,71 @@ func TestDevScaleRefusesBadSizes(t *testing.T) {
 	}
 	if code := run(t.Context(), []string{"dev", "scale", "--render"}, &out, &errb); code != 2 {
 		t.Errorf("scale --render without --results: exit %d, want 2", code)
+	}
+}
+
+// TestScaleShapeBySize: `dev scale` runs each size with its own action,
+// pollers and protocol unless a flag says otherwise, and those rules are
+// the ones docs/scale.json's figures were taken with: a `make scale` on
+// a fresh machine runs the scenarios the published table describes.
+func TestScaleShapeBySize(t *testing.T) {
+	shape := func(n int, args ...string) (time.Duration, int, bool) {
+		t.Helper()
+		cmd := &cobra.Command{Use: "scale"}
+		var sf simFlags
+		sf.register(cmd)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		d, p, h2c := sf.shape(cmd, n)
+		if d == 0 {
+			d = fleetsim.ActionFor(n) // what fleetsim.Run chooses for 0
+		}
+		if p == 0 {
+			p = fleetsim.PollersFor(n, h2c)
+		}
+		return d, p, h2c
+	}
+	for _, c := range []struct {
+		n       int
+		args    []string
+		action  time.Duration
+		pollers int
+		h2c     bool
+	}{
+		{1000, nil, 500 * time.Millisecond, 1000, false},
+		{10000, nil, 500 * time.Millisecond, 10000, false},
+		{15000, nil, 750 * time.Millisecond, 15000, false},
+		{15001, nil, 750*time.Millisecond + 50*time.Microsecond, 15001, true},
+		{100000, nil, 5 * time.Second, 100000, true},
+		// flags given win
+		{100000, []string{"--duration", "1s", "--pollers", "2000", "--h2c=false"}, time.Second, 2000, false},
+		{1000, []string{"--h2c"}, 500 * time.Millisecond, 1000, true},
+		{50000, []string{"--h2c=false"}, 2500 * time.Millisecond, 15000, false},
+	} {
+		d, p, h2c := shape(c.n, c.args...)
+		if d != c.action || p != c.pollers || h2c != c.h2c {
+			t.Errorf("%d nodes %v: action %v, %d pollers, h2c %v; want %v, %d, %v", c.n, c.args, d, p, h2c, c.action, c.pollers, c.h2c)
+		}
+	}
+
+	// the published figures: every run of docs/scale.json has the shape
+	// its size gets by default (runs recorded before the protocol was say
+	// nothing of it)
+	results, err := mergeResults(filepath.Join("..", "..", "docs", "scale.json"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) == 0 {
+		t.Fatal("docs/scale.json holds no run")
+	}
+	for _, r := range results {
+		d, p, h2c := shape(r.Nodes)
+		if r.ActionDuration != d || r.Pollers != p {
+			t.Errorf("docs/scale.json, %d nodes: action %v, %d pollers; a `make scale` of that size runs %v, %d", r.Nodes, r.ActionDuration, r.Pollers, d, p)
+		}
+		if want := map[bool]string{true: "h2c", false: "HTTP/1.1"}[h2c]; r.Protocol != "" && r.Protocol != want {
+			t.Errorf("docs/scale.json, %d nodes: protocol %s; a `make scale` of that size speaks %s", r.Nodes, r.Protocol, want)
+		}
 	}
 }

@@ -321,7 +321,7 @@ func Markdown(results []Result) string {
 // pollers and the rollout's shape.
 func RunsMarkdown(results []Result) string {
 	var sb strings.Builder
-	sb.WriteString("| nodes | started (UTC) | load at start | load at end | pollers | posters | max_concurrent | action | full reports every | long poll wait | fleet: attempts, redelivered, refused, poll errors |\n|---:|---|---|---|---:|---:|---:|---|---|---|---|\n")
+	sb.WriteString("| nodes | started (UTC) | load at start | load at end | protocol | pollers | posters | max_concurrent | action | full reports every | long poll wait | fleet: attempts, redelivered, refused, poll errors |\n|---:|---|---|---|---|---:|---:|---:|---|---|---|---|\n")
 	for _, r := range results {
 		wait := r.PollWait
 		if wait == 0 {
@@ -331,8 +331,12 @@ func RunsMarkdown(results []Result) string {
 		if posters == 0 {
 			posters = 256 // the fleet's default before runs recorded it
 		}
-		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %d | %d | %d | %v | %v | %v | %d, %d, %d, %d |\n", r.Nodes, r.Started.Format("2006-01-02 15:04"), r.Load, r.LoadEnd,
-			r.Pollers, posters, r.MaxConcurrent, r.ActionDuration, ReportEvery(r.Nodes), wait, r.Fleet.Attempts, r.Fleet.Redelivered, r.Fleet.Refused, r.Fleet.PollErrors)
+		protocol := r.Protocol
+		if protocol == "" {
+			protocol = "-" // not recorded before
+		}
+		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %d | %d | %d | %v | %v | %v | %d, %d, %d, %d |\n", r.Nodes, r.Started.Format("2006-01-02 15:04"), r.Load, r.LoadEnd,
+			protocol, r.Pollers, posters, r.MaxConcurrent, r.ActionDuration, ReportEvery(r.Nodes), wait, r.Fleet.Attempts, r.Fleet.Redelivered, r.Fleet.Refused, r.Fleet.PollErrors)
 	}
 	return sb.String()
 }

@@ -33,7 +33,8 @@ type Scenario struct {
 	// makes a temporary one, removed afterwards unless Keep.
 	Dir  string
 	Keep bool
-	// Duration is each simulated action's duration (default 500ms).
+	// Duration is each simulated action's duration (default
+	// ActionFor(Nodes)).
 	Duration time.Duration
 	// MaxConcurrent is the rollout's max_concurrent (default Nodes/20, at
 	// least 10): the ideal makespan is ceil(Nodes/MaxConcurrent) x Duration.
@@ -41,7 +42,9 @@ type Scenario struct {
 	// Pushes is how many probe pushes sample push -> first dispatch while
 	// the rollout runs (default 5), besides the push starting the rollout.
 	Pushes int
-	// Pollers, Posters, H2C and LocalAddrs are the fleet's (Options).
+	// Pollers, Posters, H2C and LocalAddrs are the fleet's (Options);
+	// Pollers defaults to PollersFor(Nodes, H2C). `fleetwave dev scale`
+	// sets H2C to H2CFor(Nodes) unless told otherwise.
 	Pollers, Posters int
 	H2C              bool
 	// HeapProfile, when set, is the file the hub's heap profile is
@@ -101,6 +104,9 @@ type Result struct {
 	// PollWait is the agents' long poll wait (0 in runs recorded before
 	// it was: the fleet's default, 25 s).
 	PollWait time.Duration `json:",omitempty"`
+	// Protocol is the fleet's: "HTTP/1.1" or "h2c" ("" in runs recorded
+	// before it was).
+	Protocol string `json:",omitempty"`
 	Started  time.Time
 	Load     string // the machine's load averages at the start
 	LoadEnd  string // and at the end
@@ -285,7 +291,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("scale: %d nodes: want at least 2", sc.Nodes)
 	}
 	if sc.Duration <= 0 {
-		sc.Duration = 500 * time.Millisecond
+		sc.Duration = ActionFor(sc.Nodes)
+	}
+	if sc.Pollers <= 0 {
+		sc.Pollers = PollersFor(sc.Nodes, sc.H2C)
 	}
 	if sc.MaxConcurrent <= 0 {
 		sc.MaxConcurrent = max(10, sc.Nodes/20)
@@ -313,7 +322,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	defer cancel()
 
 	res = Result{Nodes: sc.Nodes, MaxConcurrent: sc.MaxConcurrent, ActionDuration: sc.Duration, PollWait: PollWait(sc.Nodes),
-		Started: time.Now().UTC(), Load: uptime()}
+		Protocol: protocolOf(sc.H2C), Started: time.Now().UTC(), Load: uptime()}
 	dir := sc.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "fwscale"); err != nil {
@@ -662,6 +671,48 @@ func committedItems(ctx context.Context, dir, remote, id string) (completed, par
 // their deadlines.
 func ReportEvery(n int) time.Duration {
 	return max(30*time.Second, time.Duration(n)*time.Second/500)
+}
+
+// The shape of a scale run of n agents, unless told otherwise: the three
+// rules below make `make scale` run every size as the figures in
+// docs/scale.md were taken.
+
+// maxHTTP1Polls is the most polls the simulated fleet holds open over
+// HTTP/1.1, a connection (a descriptor in the fleet's process and one in
+// the hub's) each: this machine lets a process open 20,000 descriptors.
+const maxHTTP1Polls = 15000
+
+// H2CFor says whether a scale run of n agents speaks h2c: above
+// maxHTTP1Polls, where HTTP/1.1 cannot hold every agent's poll open
+// (agents would take turns, and an attempt wait in the hub's queue for
+// its agent's turn). Up to it, HTTP/1.1, as `fleetwave agent` speaks.
+func H2CFor(n int) bool { return n > maxHTTP1Polls }
+
+// PollersFor is how many polls a scale run of n agents holds open: one
+// per agent, but no more than maxHTTP1Polls over HTTP/1.1.
+func PollersFor(n int, h2c bool) int {
+	if h2c {
+		return n
+	}
+	return min(n, maxHTTP1Polls)
+}
+
+// ActionFor is the simulated action's duration in a scale run of n
+// agents: 500 ms up to 10,000 agents, then 50 µs per agent (5 s at
+// 100,000). A wave is n/20 attempts, and handing one out costs the hub
+// about 160 µs on this 2-core machine (a wave of 5,000 took 0.8 s at
+// 100,000): with a fixed 500 ms, the makespan at 100,000 would measure
+// the hand-out more than the waves, and its ideal would mean little.
+func ActionFor(n int) time.Duration {
+	return max(500*time.Millisecond, time.Duration(n)*50*time.Microsecond)
+}
+
+// protocolOf names the fleet's protocol as Result records it.
+func protocolOf(h2c bool) string {
+	if h2c {
+		return "h2c"
+	}
+	return "HTTP/1.1"
 }
 
 // validateRuns is how many times a scale run validates the whole tree.
