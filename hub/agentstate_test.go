@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,64 @@ func TestAgentPathDoesNotWaitForTheHubLock(t *testing.T) {
 	}
 	if !h.history.reported("n1", "web", "x") || h.history.reported("n1", "web", "a") || h.history.reported("n1", "db", "1") {
 		t.Fatal("reported disagrees with the history")
+	}
+}
+
+// TestHistoryTakenStaysAsItWas: what of hands out is the history's own
+// maps, not copies (a status write takes every node's), so a version
+// added afterwards must not show in a history taken before it, and
+// readers of a taken history never race the reconcile that adds to it
+// (-race, as make test runs it).
+func TestHistoryTakenStaysAsItWas(t *testing.T) {
+	var v versionHistory
+	report := func(node string, versions ...string) fleetwave.Observations {
+		r := &fleetwave.Report{Node: node}
+		for i, ver := range versions {
+			r.Instances = append(r.Instances, fleetwave.InstanceStatus{Block: fmt.Sprintf("b%d", i), Version: ver})
+		}
+		return fleetwave.Observations{node: r}
+	}
+	v.observe(report("n1", "1", "1"))
+	all, one := v.of(nil), v.of([]string{"n1", "n2"})
+	if len(one) != 1 || !slices.Equal(one["n1"]["b0"], []string{"1"}) {
+		t.Fatalf("of(n1, n2) = %v: want n1's history alone", one)
+	}
+	v.observe(report("n1", "2", "1"))
+	v.observe(report("n2", "1"))
+	for name, taken := range map[string]map[string]map[string][]string{"of(nil)": all, "of(n1, n2)": one} {
+		if len(taken) != 1 || !slices.Equal(taken["n1"]["b0"], []string{"1"}) || !slices.Equal(taken["n1"]["b1"], []string{"1"}) {
+			t.Errorf("%s taken before the new versions changed to %v", name, taken)
+		}
+	}
+	now := v.of(nil)
+	if !slices.Equal(now["n1"]["b0"], []string{"1", "2"}) || !slices.Equal(now["n2"]["b0"], []string{"1"}) {
+		t.Fatalf("history now %v: want n1's b0 at 1 then 2, and n2", now)
+	}
+
+	// a reader of taken histories beside the reconcile adding versions
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, m := range v.of(nil) {
+				for _, vs := range m {
+					_ = slices.Contains(vs, "x")
+				}
+			}
+		}
+	})
+	for i := range 3 * historyMaxVersions {
+		v.observe(report("n1", fmt.Sprint(i), fmt.Sprint(i%3)))
+	}
+	close(stop)
+	wg.Wait()
+	if got := v.of(nil)["n1"]["b0"]; len(got) != historyMaxVersions || got[len(got)-1] != fmt.Sprint(3*historyMaxVersions-1) {
+		t.Fatalf("n1's b0 kept %v: want the newest %d", got, historyMaxVersions)
 	}
 }
 
@@ -102,5 +161,31 @@ func TestReportAsksAreOncePerNodeUnderConcurrentPolls(t *testing.T) {
 	}
 	if r.wants("n7", later.Add(2*reportAskEvery)) {
 		t.Fatal("n7 reported after the reconcile: asked again")
+	}
+}
+
+// BenchmarkHistoryOfFleet is a status write's read of the whole fleet's
+// version history (two blocks a node, a few versions each):
+//
+//	go test -run '^$' -bench HistoryOfFleet -benchmem ./hub/
+func BenchmarkHistoryOfFleet(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			var v versionHistory
+			for ver := range 3 {
+				obs := fleetwave.Observations{}
+				for i := range n {
+					node := fmt.Sprintf("node-%06d", i)
+					obs[node] = &fleetwave.Report{Node: node, Instances: []fleetwave.InstanceStatus{
+						{Block: "web", Version: fmt.Sprint(ver)}, {Block: "db", Version: "1"}}}
+				}
+				v.observe(obs)
+			}
+			for b.Loop() {
+				if got := v.of(nil); len(got) != n {
+					b.Fatalf("%d nodes in the history, want %d", len(got), n)
+				}
+			}
+		})
 	}
 }
