@@ -130,6 +130,10 @@ type Hub struct {
 	// partItems are the items each part of a large rollout's items was
 	// last built from (statusFiles), kept and forgotten with rendered.
 	partItems map[string][]fleetwave.Item
+	// drift is each node's drift as the last status write worked it out
+	// (statusStep's goroutine only), again only for the nodes whose
+	// report or snapshot changed since.
+	drift reconciler.DriftCache
 	// requestsWaiting are requests not handled yet, with why.
 	requestsWaiting map[string]string
 	// The approval gate (approvals.go): the last commit whose approvals/

@@ -373,12 +373,13 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	h.mu.Lock()
 	nextFire, holds, problems := h.nextFire, h.holds, h.problems
 	h.mu.Unlock()
-	var drift []reconciler.DriftEntry
+	// every node's drift, worked out again for the nodes whose report or
+	// snapshot changed (nil snap: none)
+	h.drift.Update(snap, obs, h.clock.Now(), h.cfg.StaleAfter.D(), h.reconcilerOptions())
 	if snap != nil {
 		summary.Generations = generationSummary(snap, obs)
 		summary.Nodes = new(len(snap.Nodes))
 		summary.ReconcileMode = snap.Config.ReconcileMode
-		drift = reconciler.Drift(snap, obs, h.clock.Now(), h.cfg.StaleAfter.D(), h.reconcilerOptions())
 	}
 	if len(nextFire) > 0 {
 		summary.Schedules = map[string]status.Schedule{}
@@ -464,10 +465,6 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
 		heldByNode[p.Node] = append(heldByNode[p.Node], status.Held{Block: p.Block, BRC: p.Trigger, Reason: p.Reason, Message: p.Message})
 	}
-	driftByNode := map[string][]reconciler.DriftEntry{}
-	for _, d := range drift {
-		driftByNode[d.Node] = append(driftByNode[d.Node], d)
-	}
 	// kept only once every document is built: a build that fails part
 	// way leaves documents newer than what the kept inputs say. They are
 	// updated in place: at 100,000 nodes, building a new map of them and
@@ -500,7 +497,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		seen++
 		last := inputs[node] // nil: none yet
 		had := last != nil
-		in := nodeInputs{drift: driftByNode[node], hist: versions[node], waiting: waitingByNode[node], held: heldByNode[node], snap: snap}
+		in := nodeInputs{drift: h.drift.Of(node), hist: versions[node], waiting: waitingByNode[node], held: heldByNode[node], snap: snap}
 		if r != nil {
 			in.reported, in.agentVersion, in.capabilities = true, r.AgentVersion, r.Capabilities
 			if had && sameInstances(last.instances, r.Instances) {
