@@ -65,8 +65,8 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 // stale_node reads, at every Update. At 100,000 nodes in a fleet-wide
 // rollout every node drifts, and working it all out for each status write
 // (a config rendered and hashed per instance, some 300,000 entries sorted,
-// then grouped by node) took a tenth of the write's CPU while a write sees
-// a few thousand new reports. One caller's Options throughout; not safe
+// then grouped by node) took 0.45-0.75 s a write (BenchmarkDriftPerWrite)
+// while a write sees a few thousand new reports. One caller's Options throughout; not safe
 // for concurrent use. The zero value is ready.
 type DriftCache struct {
 	snap *fleetwave.Snapshot
