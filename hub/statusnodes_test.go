@@ -20,10 +20,11 @@ import (
 
 // TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged writes status several
 // times while each input of a node's document changes for some nodes (a
-// report, the snapshot's node, staleness, a version reported, an item
-// waiting, a hold): each write builds the documents of those nodes only,
-// and after every write the documents committed so far are, node by node,
-// what a hub that kept nothing builds (real redis-server, real mirror).
+// report, the snapshot's node, staleness, a version reported, its drift
+// from a BRC, an item waiting, a hold): each write builds the documents of
+// those nodes only, and after every write the documents committed so far
+// are, node by node, what a hub that kept nothing (no documents, inputs or
+// drift) builds (real redis-server, real mirror).
 func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 	h, clk, fence := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
 	ctx := context.Background()
@@ -33,7 +34,10 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 		id := fmt.Sprintf("n%d", i)
 		nodes[id] = &fleetwave.Node{ID: id}
 	}
-	h.snapshot = &fleetwave.Snapshot{Nodes: maps.Clone(nodes)}
+	// a BRC wants web at 2 everywhere: a node drifts until it reports 2
+	brc := map[string]*fleetwave.Trigger{"web": {Name: "web", BlockName: "web", TargetVersion: "2", TriggerType: fleetwave.TriggerReconciliation}}
+	blocks := map[string]*fleetwave.Block{"web": {Name: "web"}}
+	h.snapshot = &fleetwave.Snapshot{Nodes: maps.Clone(nodes), Triggers: brc, Blocks: blocks}
 	report := func(node, version string) {
 		t.Helper()
 		r := fleetwave.Report{Node: node, AgentVersion: "1.0.0", SentAt: clk.Now(),
@@ -63,10 +67,10 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 			h.rendered[p].data = nil // landed
 		}
 		// a hub that kept nothing builds every document: the same bytes
-		rendered, inputs := h.rendered, h.nodeInputs
-		h.rendered, h.nodeInputs = map[string]*renderedDoc{}, nil
+		rendered, inputs, drift := h.rendered, h.nodeInputs, h.drift
+		h.rendered, h.nodeInputs, h.drift = map[string]*renderedDoc{}, nil, reconciler.DriftCache{}
 		fresh, err := h.statusFiles(ctx, nil, nil)
-		h.rendered, h.nodeInputs = rendered, inputs
+		h.rendered, h.nodeInputs, h.drift = rendered, inputs, drift
 		if err != nil {
 			t.Fatalf("%s, built afresh: %v", step, err)
 		}
@@ -100,11 +104,16 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	report("n1", "2") // a new version: the report, and the versions seen
 	expect("n1 reported 2", write("n1 reported 2"), "n1")
+	for id, want := range map[string]bool{"n0": true, "n1": false} {
+		if got := strings.Contains(string(committed[status.NodePath(id)]), "kind: version"); got != want {
+			t.Fatalf("%s's document shows its version drift %v, want %v:\n%s", id, got, want, committed[status.NodePath(id)])
+		}
+	}
 
 	next := maps.Clone(nodes)
 	next["n2"] = &fleetwave.Node{ID: "n2", Drain: true}
 	delete(next, "n3") // no longer in the repository
-	h.snapshot = &fleetwave.Snapshot{Nodes: next}
+	h.snapshot = &fleetwave.Snapshot{Nodes: next, Triggers: brc, Blocks: blocks}
 	expect("n2 drained, n3 removed", write("n2 drained, n3 removed"), "n2", "n3")
 
 	h.problems = []reconciler.Problem{{Node: "n4", Block: "web", Trigger: "web", Reason: "invalid_config", Message: "bad"}}
