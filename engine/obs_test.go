@@ -318,3 +318,65 @@ func TestRolloutReadsOnlyChangedItems(t *testing.T) {
 		}
 	})
 }
+
+// TestObserveNodesOneRoundTrip: a push's plan reads the observations of
+// its BRC's few nodes in one round trip (each waits behind the scripts of
+// a wave in progress), and finds what a full read finds, for a node with a
+// report, one with instances alone and one never seen; a scope of more
+// than half a pipeline chunk finds the same.
+func TestObserveNodesOneRoundTrip(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		for i := range 30 {
+			r := fleetwave.Report{Node: fmt.Sprintf("n%d", i), SentAt: h.clk.Now()}
+			if i%3 == 0 {
+				r.Instances = []fleetwave.InstanceStatus{{Block: "web", Version: fmt.Sprint(i), Generation: 1}}
+			}
+			h.report(r)
+		}
+		// an instance without a report: the item of a result, on a node
+		// that never sent a full report
+		s := spec("r", 0, "web", 1, 1, 0)
+		s.Items = []fleetwave.ItemSpec{itemSpec("lone", "web", 1)}
+		h.create(s)
+		h.step()
+		as := h.poll("lone")
+		if len(as) != 1 {
+			t.Fatalf("lone polled %d attempts, want 1", len(as))
+		}
+		h.complete(as[0], fleetwave.ResultSuccess)
+		all, version, err := h.e.Observe(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all["lone"] == nil {
+			t.Fatal("the node with an instance and no report is not observed")
+		}
+		trips := &roundTrips{}
+		rdb.AddHook(trips)
+		few := []string{"n3", "lone", "never-reported", "n4"}
+		before := trips.n.Load()
+		got, gotVer, err := h.e.ObserveNodes(h.ctx, few)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := trips.n.Load() - before; n != 1 {
+			t.Errorf("ObserveNodes of %d nodes took %d round trips, want 1", len(few), n)
+		}
+		want := fleetwave.Observations{"n3": all["n3"], "lone": all["lone"], "n4": all["n4"]}
+		if gotVer != version || !reflect.DeepEqual(got, want) {
+			t.Fatalf("ObserveNodes(%v) = %v at %d, want %v at %d", few, got, gotVer, want, version)
+		}
+		many := []string{"lone"}
+		for i := range pipelineChunk {
+			many = append(many, fmt.Sprintf("n%d", i))
+		}
+		got, _, err = h.e.ObserveNodes(h.ctx, many)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, all) {
+			t.Fatalf("ObserveNodes of %d nodes found %d nodes, a full read %d", len(many), len(got), len(all))
+		}
+	})
+}
