@@ -535,6 +535,16 @@ func awaitingNodes(holds []reconciler.Problem) []string {
 // an approval.
 type approvalWait = fleetwave.Wait
 
+// gateApprovals reads the approvals gate weighs: none when the hub requires
+// no approval, as gate then passes every rollout. A push's plan waits for
+// each read behind the scripts of a wave in progress.
+func (h *Hub) gateApprovals(ctx context.Context) ([]fleetwave.Approval, error) {
+	if !h.cfg.Approval.Required {
+		return nil, nil
+	}
+	return h.eng.Approvals(ctx)
+}
+
 // gate applies the approval policy to the reconciliation specs: the items
 // it gates are taken out (the spec stays, so a new generation still
 // supersedes the old), and each BRC whose items wait is returned with what

@@ -3,11 +3,18 @@ package hub
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
+	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 	"github.com/fleetwave/fleetwave/schema"
 )
 
@@ -105,5 +112,95 @@ func TestAPushIsPlannedBesideASlowerOne(t *testing.T) {
 	h.pushing.Wait()
 	if r, err := h.eng.RolloutRecord(ctx, aID); err != nil || r.ID != aID {
 		t.Fatalf("a's rollout once released: %+v, %v", r, err)
+	}
+}
+
+// redisTrips counts a client's round trips to Redis (a pipeline is one).
+type redisTrips struct{ n atomic.Int64 }
+
+func (r *redisTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *redisTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *redisTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestAPushPlanTakesTwoRoundTrips: while a wave's scripts run, Redis
+// answers each round trip of a push's plan after them (tens of ms each at
+// 100,000 nodes): the plan of a one-node BRC's new version reads its node's
+// observation in one and creates its rollout in another, and reads the approvals only
+// where the hub requires them. On a real redis-server and mirror.
+func TestAPushPlanTakesTwoRoundTrips(t *testing.T) {
+	url := gittest.NewRemote(t, map[string]string{
+		"fleetwave.cue":  "kind: \"config\"\nname: \"fleetwave\"\n",
+		"blocks/web.cue": "kind: \"block\"\nname: \"web\"\nactions: {\n\tinstall: command: \"true\"\n\tupgrade: command: \"true\"\n}\n",
+		"nodes/n1.cue":   "kind: \"node\"\nname: \"n1\"\n",
+	})
+	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	client := redistest.Start(t).Client(t)
+	trips := &redisTrips{}
+	client.AddHook(trips)
+	e := engine.New(client, engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
+	ctx := context.Background()
+	if err := e.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fence, err := e.Campaign(ctx, "hub-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Hub{eng: e, clock: clk, log: zerolog.Nop(), repo: openMirror(t, url), fence: fence, sent: sentItems{ttl: time.Minute}}
+	h.metrics = newMetrics(h)
+	if err := e.Report(ctx, fleetwave.Report{Node: "n1", SentAt: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := schema.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap *fleetwave.Snapshot
+	// plan pushes BRC name at version and returns the round trips of its
+	// plan, and its rollout's id
+	plan := func(name, version string) (int64, string) {
+		t.Helper()
+		gittest.Push(t, url, map[string]string{"brc/" + name + ".cue": "kind: \"trigger\"\nname: \"" + name +
+			"\"\nblock_name: \"web\"\ntarget_version: \"" + version + "\"\nnodes: [\"n1\"]\n"}, nil, "Roll out "+name)
+		head, _, err := h.repo.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := snap
+		var verr *fleetwave.ValidationError
+		if snap, verr, err = loadAt(ctx, h.repo, wholeLoad(v), head, nil); err != nil || verr != nil {
+			t.Fatalf("load %s: %v %v", head, err, verr)
+		}
+		changed := changedTriggers(prev, snap)
+		if !changed[name] {
+			t.Fatalf("the push of %s changed %v", name, changed)
+		}
+		before := trips.n.Load()
+		h.planPush(ctx, fence, snap, changed, 0)
+		return trips.n.Load() - before, fmt.Sprintf("%s-g%d", name, snap.Generation(fleetwave.Key(fleetwave.KindTrigger, name)))
+	}
+	head, _, err := h.repo.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, _, err = loadAt(ctx, h.repo, wholeLoad(v), head, nil); err != nil {
+		t.Fatal(err)
+	}
+	plan("b", "1") // the scripts loaded, the commit's author read once
+	n, id := plan("b", "2")
+	if n != 2 {
+		t.Errorf("the push's plan took %d round trips, want 2 (the observations, the creation)", n)
+	}
+	if r, err := e.RolloutRecord(ctx, id); err != nil || r.ID != id {
+		t.Fatalf("rollout %s: %+v, %v", id, r, err)
+	}
+	// where approvals are required, the plan reads them: one more
+	h.cfg.Approval.Required = true
+	if n, _ := plan("b", "3"); n != 3 {
+		t.Errorf("with approvals required the push's plan took %d round trips, want 3", n)
 	}
 }

@@ -119,7 +119,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	}
 	actor := h.commitActor(ctx, snap)
 	h.history.observe(obs)
-	approvals, err := h.eng.Approvals(ctx)
+	approvals, err := h.gateApprovals(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn().Err(err).Msg("read approvals")
@@ -288,7 +288,7 @@ func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapsho
 		return
 	}
 	steps.Lap("observe")
-	approvals, err := h.eng.Approvals(ctx)
+	approvals, err := h.gateApprovals(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn().Err(err).Msg("read approvals")
