@@ -450,6 +450,24 @@ type Snapshot struct {
 	// snapshot built by hand; a copy that replaces Nodes sets it again,
 	// or to nil. Nodes does not change once the snapshot is in use.
 	NodeIDs []string
+	// ChangedSince, when set, is the commit of the snapshot this one was
+	// loaded from, and Changed the keys of the objects that may differ
+	// between the two: every other object of either is the other's (a tree
+	// loaded from the last one, schema.Sequence). ChangedFrom reads them,
+	// so that a push's changes are found without comparing every object
+	// (100,000 nodes take tens of ms).
+	ChangedSince string
+	Changed      []ObjectKey
+}
+
+// ChangedFrom returns the keys of the objects that may differ from prev's,
+// and false when s does not tell (it was not loaded from prev's commit):
+// then every object may.
+func (s *Snapshot) ChangedFrom(prev *Snapshot) ([]ObjectKey, bool) {
+	if s == nil || prev == nil || s.ChangedSince == "" || s.ChangedSince != prev.Commit {
+		return nil, false
+	}
+	return s.Changed, true
 }
 
 // Generation returns the generation of the object, 0 when unknown.

@@ -67,6 +67,11 @@ func (s *Sequence) LoadChanged(files map[string][]byte, tag, base string, change
 			paths = nil
 		}
 		if snap, l := s.v.loadAfter(s.last, files, paths); snap != nil {
+			if s.last.tag == "" {
+				snap.Changed = nil // from a tree without a name: nothing to tell
+			} else {
+				snap.ChangedSince = s.last.tag
+			}
 			l.tag = tag
 			s.last = l
 			s.followed++
@@ -77,9 +82,27 @@ func (s *Sequence) LoadChanged(files map[string][]byte, tag, base string, change
 	if err != nil {
 		return nil, err // the last valid tree stays the base of the next
 	}
+	if s.last != nil && base != "" && base == s.last.tag {
+		// loaded whole (a file added or removed, a config changed), yet
+		// what changed is known: every other object is as it was
+		snap.ChangedSince, snap.Changed = base, objectKeys(changed)
+	}
 	l.files, l.tag = files, tag
 	s.last = l
 	return snap, nil
+}
+
+// objectKeys returns the keys of the object files among paths, sorted,
+// each once.
+func objectKeys(paths []string) []fleetwave.ObjectKey {
+	keys := make([]fleetwave.ObjectKey, 0, len(paths))
+	for _, p := range paths {
+		if k, ok := ObjectKeyForPath(p); ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // followKinds are the kinds whose content may change in a tree loaded from
@@ -185,6 +208,10 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 	}
 	if (kinds[fleetwave.KindTrigger] || kinds[fleetwave.KindNode]) && len(ownerConflicts(snap, objs, dataOf)) > 0 {
 		return nil, nil
+	}
+	snap.Changed = make([]fleetwave.ObjectKey, len(jobs)) // every other object is prev's
+	for i, j := range jobs {
+		snap.Changed[i] = j.key
 	}
 	v.opts.log.Debug().Int("files", len(files)).Int("changed", len(jobs)).Msg("tree validated from the last one")
 	return snap, &loaded{files: files, snap: snap, objs: objs, present: last.present}

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -111,6 +112,10 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 	if r := load(ref, base.files); r.errs != "" {
 		t.Fatalf("the base tree is invalid:\n%s", r.errs)
 	}
+	var last *fleetwave.Snapshot // the last tree loaded without errors, and its name
+	lastTag := ""
+	var readFiles map[string][]byte // the tree read before, and its name
+	readTag := ""
 	for seed := int64(1); seed <= 6; seed++ {
 		r := rand.New(rand.NewSource(seed))
 		cur := &seqTree{files: maps.Clone(base.files), paths: maps.Clone(base.paths)}
@@ -125,7 +130,7 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 			}
 			return out
 		}
-		followed, errored := 0, 0
+		followed, errored, told, toldWhole := 0, 0, 0, 0
 		var saved map[string][]byte
 		steps := 150
 		for step := range steps {
@@ -203,7 +208,54 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 				cur = &seqTree{files: maps.Clone(base.files), paths: maps.Clone(base.paths)}
 			}
 			before := seq.followed
-			got := load2(seq, cur.files)
+			// as the hub's sync reads it: the paths changed since the
+			// commit read before, valid or not
+			tag := fmt.Sprintf("c%d.%d", seed, step)
+			var changed []string
+			for p, data := range cur.files {
+				if old, ok := readFiles[p]; !ok || !bytes.Equal(old, data) {
+					changed = append(changed, p)
+				}
+			}
+			for p := range readFiles {
+				if _, ok := cur.files[p]; !ok {
+					changed = append(changed, p)
+				}
+			}
+			slices.Sort(changed)
+			snap, err := seq.LoadChanged(maps.Clone(cur.files), tag, readTag, changed)
+			readFiles, readTag = maps.Clone(cur.files), tag
+			got := loadResult{snap: snap}
+			if err != nil {
+				got.errs = err.Error()
+			} else {
+				// what it says changed since the last tree: every other
+				// object is the last tree's
+				if snap.ChangedSince != "" {
+					if snap.ChangedSince != lastTag {
+						t.Fatalf("seed %d step %d: loaded from %q, the last tree was %q", seed, step, snap.ChangedSince, lastTag)
+					}
+					said := map[fleetwave.ObjectKey]bool{}
+					for _, k := range snap.Changed {
+						said[k] = true
+					}
+					for _, objs := range []map[fleetwave.ObjectKey]fleetwave.Object{last.Objects, snap.Objects} {
+						for k := range objs {
+							if o, ok := snap.Objects[k]; !said[k] && (!ok || o != last.Objects[k]) {
+								t.Fatalf("seed %d step %d: %s changed, and the snapshot says only %v did", seed, step, k, snap.Changed)
+							}
+						}
+					}
+					told++
+					if seq.followed == before {
+						toldWhole++
+					}
+				}
+				last, lastTag = snap, tag
+				cp := *snap
+				cp.ChangedSince, cp.Changed = "", nil // a whole load does not tell
+				got.snap = &cp
+			}
 			want := load(ref, cur.files)
 
 			sameResult(t, fmt.Sprintf("seed %d step %d (change %d)", seed, step, what), got, want)
@@ -214,8 +266,8 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 				errored++
 			}
 		}
-		t.Logf("seed %d: %d of %d steps loaded from the last tree, %d with errors", seed, followed, steps, errored)
-		if followed < steps/4 || errored < steps/20 {
+		t.Logf("seed %d: %d of %d steps loaded from the last tree, %d told what changed (%d loaded whole), %d with errors", seed, followed, steps, told, toldWhole, errored)
+		if followed < steps/4 || told < followed || toldWhole == 0 || errored < steps/20 {
 			t.Fatalf("seed %d: %d steps loaded from the last tree and %d with errors: the test no longer covers both", seed, followed, errored)
 		}
 	}
@@ -251,5 +303,41 @@ func TestSequenceSharesUnchangedObjects(t *testing.T) {
 	}
 	if !slices.Equal(first.NodeIDs, second.NodeIDs) || !strings.HasPrefix(first.NodeIDs[0], "n00") {
 		t.Errorf("node ids %v then %v", first.NodeIDs[:3], second.NodeIDs[:3])
+	}
+}
+
+// TestSequenceTellsChangesSinceTheLastValidTree: the paths a sync says
+// changed are those since the commit it read before, which may be one
+// the Sequence refused. A tree loaded after a refused one is not said to
+// differ from the last valid tree by those paths alone: here n03 was
+// deleted by the refused commit (the BRC db names it) and the next one
+// changes db only.
+func TestSequenceTellsChangesSinceTheLastValidTree(t *testing.T) {
+	tree := newSeqTree()
+	seq := newValidator(t).Sequence()
+	if _, err := seq.LoadChanged(maps.Clone(tree.files), "v", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	n03 := tree.paths["nodes/n03"]
+	delete(tree.files, n03)
+	if _, err := seq.LoadChanged(maps.Clone(tree.files), "b", "v", []string{n03}); err == nil {
+		t.Fatal("a tree whose BRC names a deleted node was loaded")
+	}
+	tree.put("brc", "db", "", map[string]any{"kind": "trigger", "name": "db", "block_name": "db", "target_version": "2.0", "nodes": []string{"n01"}})
+	snap, err := seq.LoadChanged(maps.Clone(tree.files), "c", "b", []string{tree.paths["brc/db"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.ChangedSince == "v" && !slices.Contains(snap.Changed, nodeKey("n03")) {
+		t.Fatalf("c is said to differ from v by %v alone; n03 was deleted too", snap.Changed)
+	}
+	// the next commit, read after c, is told
+	tree.put("brc", "db", "", map[string]any{"kind": "trigger", "name": "db", "block_name": "db", "target_version": "2.1", "nodes": []string{"n01"}})
+	snap, err = seq.LoadChanged(maps.Clone(tree.files), "d", "c", []string{tree.paths["brc/db"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []fleetwave.ObjectKey{fleetwave.Key(fleetwave.KindTrigger, "db")}; snap.ChangedSince != "c" || !slices.Equal(snap.Changed, want) {
+		t.Fatalf("d: changed since %q: %v, want since c: %v", snap.ChangedSince, snap.Changed, want)
 	}
 }
