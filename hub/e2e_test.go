@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,6 +105,13 @@ func TestPushBecomesWavesAndStatusCommits(t *testing.T) {
 			// the push's own plan said what each of its steps took
 			if !regexp.MustCompile(`"commit":"` + pushed + `".*"create_ms":\d+.*"message":"push planned"`).MatchString(f.logs.String()) {
 				t.Errorf("no \"push planned\" line of %s with its steps", pushed)
+			}
+			// the sync loaded the push from the commit before: its snapshot
+			// says which objects changed, so the push step found the BRC
+			// without comparing every object
+			if snap := f.hub.Snapshot(); snap.Commit != pushed || snap.ChangedSince == "" || snap.ChangedSince == pushed ||
+				!slices.Equal(snap.Changed, []fleetwave.ObjectKey{fleetwave.Key(fleetwave.KindTrigger, "web")}) {
+				t.Errorf("snapshot of %s: loaded from %q, changed %v; want from the commit before, the BRC alone", pushed, snap.ChangedSince, snap.Changed)
 			}
 			if r.Counters.Total != 3 || r.Counters.Done != 3 {
 				t.Fatalf("rollout counters = %+v, want total=3 done=3", r.Counters)

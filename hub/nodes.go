@@ -116,6 +116,7 @@ func (h *Hub) Node(ctx context.Context, id string) (api.NodeView, error) {
 func (h *Hub) nodeViews(ctx context.Context, snap *fleetwave.Snapshot, obs fleetwave.Observations, ids []string, override map[string]*fleetwave.Node) ([]api.NodeView, error) {
 	sub := *snap
 	sub.Nodes, sub.NodeIDs = make(map[string]*fleetwave.Node, len(ids)), nil
+	sub.ChangedSince, sub.Changed = "", nil // its nodes are not those of a commit
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
