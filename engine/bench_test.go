@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,17 +25,6 @@ import (
 // and the Go benchmark with
 //
 //	go test -run '^$' -bench BenchmarkTransitions ./engine/
-
-// roundTrips counts client round trips (a pipeline is one).
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
-}
 
 // benchSpec is a rollout of n items over nodes nodes (block-major order, so
 // each wave of up to nodes items has one item per node).
@@ -162,7 +150,7 @@ func TestBenchReport(t *testing.T) {
 		t.Skip("set FLEETWAVE_BENCH=1 to run the engine benchmark report")
 	}
 	srv := redistest.Start(t)
-	rt := &roundTrips{}
+	rt := &redistest.Trips{}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 	rdb.AddHook(rt)
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -175,9 +163,9 @@ func TestBenchReport(t *testing.T) {
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	calls0, rt0 := commandCalls(t, rdb), rt.n.Load()
+	calls0, rt0 := commandCalls(t, rdb), rt.N()
 	d, tr := transitionRun(t, rdb, "tput", n, nodes, mc, agents)
-	calls, trips := commandCalls(t, rdb)-calls0-1, rt.n.Load()-rt0-1
+	calls, trips := commandCalls(t, rdb)-calls0-1, rt.N()-rt0-1
 	row("items / nodes / max_concurrent / agent workers", fmt.Sprintf("%d / %d / %d / %d", n, nodes, mc, agents))
 	row("item transitions per second", fmt.Sprintf("%.0f (%d in %v)", float64(tr)/d.Seconds(), tr, d.Round(time.Millisecond)))
 	row("client round trips per transition", fmt.Sprintf("%.2f (%d; includes idle polls and status reads)", float64(trips)/float64(tr), trips))

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
 // TestObservationsDecodedOnceStayCurrent: the engine keeps the
@@ -352,15 +353,15 @@ func TestObserveNodesOneRoundTrip(t *testing.T) {
 		if all["lone"] == nil {
 			t.Fatal("the node with an instance and no report is not observed")
 		}
-		trips := &roundTrips{}
+		trips := &redistest.Trips{}
 		rdb.AddHook(trips)
 		few := []string{"n3", "lone", "never-reported", "n4"}
-		before := trips.n.Load()
+		before := trips.N()
 		got, gotVer, err := h.e.ObserveNodes(h.ctx, few)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := trips.n.Load() - before; n != 1 {
+		if n := trips.N() - before; n != 1 {
 			t.Errorf("ObserveNodes of %d nodes took %d round trips, want 1", len(few), n)
 		}
 		want := fleetwave.Observations{"n3": all["n3"], "lone": all["lone"], "n4": all["n4"]}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
@@ -17,10 +18,14 @@ import (
 
 // engineHub is a hub of only an engine, on a real redis-server, and its
 // fake clock.
-func engineHub(t *testing.T) (*Hub, *clock.Fake) {
+func engineHub(t *testing.T, hooks ...redis.Hook) (*Hub, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
-	e := engine.New(redistest.Start(t).Client(t), engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
+	client := redistest.Start(t).Client(t)
+	for _, hk := range hooks {
+		client.AddHook(hk)
+	}
+	e := engine.New(client, engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
 	if err := e.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -3,16 +3,10 @@ package hub
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
-
 	"github.com/fleetwave/fleetwave"
-	"github.com/fleetwave/fleetwave/engine"
-	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 	"github.com/fleetwave/fleetwave/schema"
@@ -115,17 +109,6 @@ func TestAPushIsPlannedBesideASlowerOne(t *testing.T) {
 	}
 }
 
-// redisTrips counts a client's round trips to Redis (a pipeline is one).
-type redisTrips struct{ n atomic.Int64 }
-
-func (r *redisTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *redisTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
-}
-func (r *redisTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
-}
-
 // TestAPushPlanTakesTwoRoundTrips: while a wave's scripts run, Redis
 // answers each round trip of a push's plan after them (tens of ms each at
 // 100,000 nodes): the plan of a one-node BRC's new version reads its node's
@@ -137,21 +120,10 @@ func TestAPushPlanTakesTwoRoundTrips(t *testing.T) {
 		"blocks/web.cue": "kind: \"block\"\nname: \"web\"\nactions: {\n\tinstall: command: \"true\"\n\tupgrade: command: \"true\"\n}\n",
 		"nodes/n1.cue":   "kind: \"node\"\nname: \"n1\"\n",
 	})
-	clk := clock.NewFake(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
-	client := redistest.Start(t).Client(t)
-	trips := &redisTrips{}
-	client.AddHook(trips)
-	e := engine.New(client, engine.WithClock(clk), engine.WithLogger(zerolog.Nop()))
-	ctx := context.Background()
-	if err := e.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	fence, err := e.Campaign(ctx, "hub-a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &Hub{eng: e, clock: clk, log: zerolog.Nop(), repo: openMirror(t, url), fence: fence, sent: sentItems{ttl: time.Minute}}
-	h.metrics = newMetrics(h)
+	trips := &redistest.Trips{}
+	h, clk, fence := statusHub(t, url, trips)
+	h.sent = sentItems{ttl: time.Minute}
+	e, ctx := h.eng, context.Background()
 	if err := e.Report(ctx, fleetwave.Report{Node: "n1", SentAt: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -179,9 +151,9 @@ func TestAPushPlanTakesTwoRoundTrips(t *testing.T) {
 		if !changed[name] {
 			t.Fatalf("the push of %s changed %v", name, changed)
 		}
-		before := trips.n.Load()
+		before := trips.N()
 		h.planPush(ctx, fence, snap, changed, 0)
-		return trips.n.Load() - before, fmt.Sprintf("%s-g%d", name, snap.Generation(fleetwave.Key(fleetwave.KindTrigger, name)))
+		return trips.N() - before, fmt.Sprintf("%s-g%d", name, snap.Generation(fleetwave.Key(fleetwave.KindTrigger, name)))
 	}
 	head, _, err := h.repo.Fetch(ctx)
 	if err != nil {

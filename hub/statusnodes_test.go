@@ -16,6 +16,7 @@ import (
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/reconciler"
 	"github.com/fleetwave/fleetwave/status"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged writes status several
@@ -146,9 +147,9 @@ func TestNodeDocumentsBuiltOnlyWhenTheirInputsChanged(t *testing.T) {
 
 // statusHub is a leader hub (engineHub) that writes status to a mirror of
 // the remote at url, on the status branch fleetwave/status.
-func statusHub(t *testing.T, url string) (*Hub, *clock.Fake, int64) {
+func statusHub(t *testing.T, url string, hooks ...redis.Hook) (*Hub, *clock.Fake, int64) {
 	t.Helper()
-	h, clk := engineHub(t)
+	h, clk := engineHub(t, hooks...)
 	ctx := context.Background()
 	repo := openMirror(t, url)
 	fence, err := h.eng.Campaign(ctx, "hub-a", time.Hour)
