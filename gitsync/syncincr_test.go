@@ -67,8 +67,8 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 	m := &fleetModel{t: t, dir: work, rng: rand.New(rand.NewPCG(11, 3))}
 	m.scan()
 	const commits = 24
-	valid, invalid, diffed := 0, 0, 0
-	var lastValid *fleetwave.Snapshot
+	valid, invalid, diffed, tellings := 0, 0, 0, 0
+	var lastValid, lastLoaded *fleetwave.Snapshot
 	for i := range commits {
 		what := m.mutate()
 		gittest.Git(t, work, "add", "-A")
@@ -94,8 +94,34 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		if !reflect.DeepEqual(got.verr, want.verr) {
 			t.Fatalf("commit %d (%s): validation errors\n%v\nwant\n%v", i, what, got.verr, want.verr)
 		}
+		told := 0
+		if got.snap != nil && got.snap.ChangedSince != "" {
+			// what the incremental side says changed since the last tree it
+			// loaded: every other object is that tree's
+			if lastLoaded == nil || got.snap.ChangedSince != lastLoaded.Commit {
+				t.Fatalf("commit %d (%s): said to be loaded from %s, not the last tree loaded", i, what, got.snap.ChangedSince)
+			}
+			said := map[fleetwave.ObjectKey]bool{}
+			for _, k := range got.snap.Changed {
+				said[k] = true
+			}
+			for _, objs := range []map[fleetwave.ObjectKey]fleetwave.Object{lastLoaded.Objects, got.snap.Objects} {
+				for k := range objs {
+					if o, ok := got.snap.Objects[k]; !said[k] && (!ok || o != lastLoaded.Objects[k]) {
+						t.Fatalf("commit %d (%s): %s changed, and the snapshot says only %v did", i, what, k, got.snap.Changed)
+					}
+				}
+			}
+			cp := *got.snap
+			cp.ChangedSince, cp.Changed = "", nil // a full load does not tell
+			got.snap, told = &cp, 1
+		}
 		if !reflect.DeepEqual(got.snap, want.snap) {
 			t.Fatalf("commit %d (%s): the incremental snapshot differs from a full load", i, what)
+		}
+		tellings += told
+		if got.loaded != nil {
+			lastLoaded = got.loaded
 		}
 		if got.base != "" {
 			diffed++
@@ -127,9 +153,9 @@ func TestIncrementalSyncEqualsFullLoad(t *testing.T) {
 		}
 	}
 	// the sequence must have exercised both outcomes
-	t.Logf("%d valid and %d invalid commits, %d read from the one before", valid, invalid, diffed)
-	if diffed < commits/2 {
-		t.Fatalf("%d of %d commits read from the one before: the test no longer covers it", diffed, commits)
+	t.Logf("%d valid and %d invalid commits, %d read from the one before, %d said what changed", valid, invalid, diffed, tellings)
+	if diffed < commits/2 || tellings == 0 {
+		t.Fatalf("%d of %d commits read from the one before, %d said what changed: the test no longer covers it", diffed, commits, tellings)
 	}
 	if valid < 4 || invalid < 4 {
 		t.Fatalf("%d valid and %d invalid commits: the random sequence should give at least 4 of each", valid, invalid)
@@ -142,6 +168,9 @@ type syncResult struct {
 	refused []fleetwave.FileError
 	snap    *fleetwave.Snapshot
 	verr    *fleetwave.ValidationError
+	// loaded is the loader's snapshot, also of a commit refused for its
+	// files (the Sequence's last valid tree is then that one)
+	loaded *fleetwave.Snapshot
 }
 
 // syncOnce does what the hub does for commit: FilesChanged, a Sequence's
@@ -167,6 +196,9 @@ func syncOnce(t *testing.T, r *gitsync.Repo, seq *schema.Sequence, commit string
 	}
 	if err != nil && !errors.As(err, &res.verr) {
 		t.Fatal(err)
+	}
+	if snap != nil {
+		snap.Commit, res.loaded = commit, snap
 	}
 	if res.verr != nil || len(fs.Refused) > 0 {
 		return res
