@@ -212,10 +212,13 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 	}
 	observed := in.Val()
 	if reads != nil {
+		if observed == nil {
+			observed = []bool{} // none observed (nil would put every node)
+		}
 		// what it reads is not kept: only Observe, one at a time, updates
 		// the kept observations, so that none goes back to an older read
 		obs := make(fleetwave.Observations, len(ids))
-		err := reads.decode(func(i int) bool { return i < len(observed) && observed[i] }, obs, false)
+		err := reads.decode(observed, obs, false)
 		return obs, version, err
 	}
 	var nodes []string
@@ -247,7 +250,7 @@ func (e *Engine) readObservationChunk(ctx context.Context, nodes []string, obs f
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read observations: %w", err)
 	}
-	return reads.decode(func(int) bool { return true }, obs, keep)
+	return reads.decode(nil, obs, keep)
 }
 
 // queuedObs are the reads of some nodes' observations queued in a pipeline.
@@ -269,11 +272,11 @@ func (e *Engine) queueObservations(ctx context.Context, pipe redis.Pipeliner, no
 	return r
 }
 
-// decode puts the observation of each node read that use accepts (by its
-// index) in obs, once the pipeline ran.
-func (r *queuedObs) decode(use func(i int) bool, obs fleetwave.Observations, keep bool) error {
+// decode puts the observation of each node read in obs, once the
+// pipeline ran; only, when not nil, says by index which nodes to put.
+func (r *queuedObs) decode(only []bool, obs fleetwave.Observations, keep bool) error {
 	for i, n := range r.nodes {
-		if !use(i) {
+		if only != nil && (i >= len(only) || !only[i]) {
 			continue
 		}
 		head, _ := r.heads[i].Result() // "" when the node has instances but no report

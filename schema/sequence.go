@@ -67,11 +67,6 @@ func (s *Sequence) LoadChanged(files map[string][]byte, tag, base string, change
 			paths = nil
 		}
 		if snap, l := s.v.loadAfter(s.last, files, paths); snap != nil {
-			if s.last.tag == "" {
-				snap.Changed = nil // from a tree without a name: nothing to tell
-			} else {
-				snap.ChangedSince = s.last.tag
-			}
 			l.tag = tag
 			s.last = l
 			s.followed++
@@ -209,9 +204,11 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 	if (kinds[fleetwave.KindTrigger] || kinds[fleetwave.KindNode]) && len(ownerConflicts(snap, objs, dataOf)) > 0 {
 		return nil, nil
 	}
-	snap.Changed = make([]fleetwave.ObjectKey, len(jobs)) // every other object is prev's
-	for i, j := range jobs {
-		snap.Changed[i] = j.key
+	if last.tag != "" { // every object but those of jobs is the named tree's
+		snap.ChangedSince, snap.Changed = last.tag, make([]fleetwave.ObjectKey, len(jobs))
+		for i, j := range jobs {
+			snap.Changed[i] = j.key
+		}
 	}
 	v.opts.log.Debug().Int("files", len(files)).Int("changed", len(jobs)).Msg("tree validated from the last one")
 	return snap, &loaded{files: files, snap: snap, objs: objs, present: last.present}
