@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,9 +373,61 @@ func TestObserveNodesOneRoundTrip(t *testing.T) {
 		for i := range pipelineChunk {
 			many = append(many, fmt.Sprintf("n%d", i))
 		}
+		reads := &obsReads{what: ":obsi:"}
+		rdb.AddHook(reads)
 		got, _, err = h.e.ObserveNodes(h.ctx, many)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, all) {
+			t.Fatalf("ObserveNodes of %d nodes found %d nodes, a full read %d", len(many), len(got), len(all))
+		}
+		// a scope that is most of the fleet (a BRC of every node) reads
+		// only what changed since the last read, as Observe does, and
+		// hands out copies
+		if n := reads.n.Load(); n != 0 {
+			t.Errorf("ObserveNodes of most of the fleet, nothing changed, read %d nodes again", n)
+		}
+		got["n3"].Instances[0].Version = "changed by the caller"
+		h.report(fleetwave.Report{Node: "n4", SentAt: h.clk.Now(), Capabilities: []string{"gpu"}})
+		got, gotVer, err = h.e.ObserveNodes(h.ctx, many)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := reads.n.Load(); n != 1 {
+			t.Errorf("ObserveNodes of most of the fleet, one node changed, read %d nodes again", n)
+		}
+		all, version, err = New(rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix("test")).Observe(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotVer != version || !reflect.DeepEqual(got, all) {
+			t.Fatalf("ObserveNodes of most of the fleet at %d, a new Engine's full read at %d: they differ", gotVer, version)
+		}
+		// a large scope that is a small part of the fleet reads its nodes
+		// alone, whatever changed
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for i := w; i < 4*len(many); i += 16 {
+					if err := h.e.Report(h.ctx, fleetwave.Report{Node: fmt.Sprintf("m%d", i), SentAt: h.clk.Now()}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if _, _, err := h.e.Observe(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+		from := reads.n.Load()
+		got, _, err = h.e.ObserveNodes(h.ctx, many)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := reads.n.Load() - from; n != int64(len(all)) {
+			t.Errorf("ObserveNodes of %d of %d nodes read %d nodes, want its %d observed ones", len(many), 4*len(many)+len(all), n, len(all))
 		}
 		if !reflect.DeepEqual(got, all) {
 			t.Fatalf("ObserveNodes of %d nodes found %d nodes, a full read %d", len(many), len(got), len(all))
