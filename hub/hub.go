@@ -73,9 +73,15 @@ type Hub struct {
 	// (pushPlans), pushing counts them (Run waits for them).
 	pushSlots chan struct{}
 	pushing   sync.WaitGroup
+	// planning is held shared by each push plan while it reads and plans;
+	// a reconcile takes it whole before it starts (planPush).
+	planning sync.RWMutex
 	// beforeCreate, if set, runs before a rollout is handed to the engine
 	// (tests use it to hold one creation while others run).
 	beforeCreate func(fleetwave.RolloutSpec)
+	// duringPushPlan, if set, runs in a push plan before it reads the
+	// observations (tests hold a plan there).
+	duringPushPlan func()
 
 	mu       sync.Mutex
 	fence    int64

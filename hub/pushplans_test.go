@@ -176,3 +176,96 @@ func TestAPushPlanTakesTwoRoundTrips(t *testing.T) {
 		t.Errorf("with approvals required the push's plan took %d round trips, want 3", n)
 	}
 }
+
+// TestAReconcileStartsAfterThePushPlans: a reconcile waits for the push
+// plans reading and planning (both would plan the push's BRCs: at 100,000
+// nodes, side by side on a busy hub, each took twice as long), never for
+// a push's creation. On a real engine and mirror.
+func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
+	url := gittest.NewRemote(t, map[string]string{
+		"fleetwave.cue":  "kind: \"config\"\nname: \"fleetwave\"\n",
+		"blocks/web.cue": "kind: \"block\"\nname: \"web\"\nactions: {\n\tinstall: command: \"true\"\n\tupgrade: command: \"true\"\n}\n",
+		"nodes/n1.cue":   "kind: \"node\"\nname: \"n1\"\n",
+	})
+	h, clk, fence := statusHub(t, url)
+	h.sent = sentItems{ttl: time.Minute}
+	ctx := context.Background()
+	if err := h.eng.Report(ctx, fleetwave.Report{Node: "n1", SentAt: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := schema.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func() *fleetwave.Snapshot {
+		t.Helper()
+		head, _, err := h.repo.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, verr, err := loadAt(ctx, h.repo, wholeLoad(v), head, nil)
+		if err != nil || verr != nil {
+			t.Fatalf("load %s: %v %v", head, err, verr)
+		}
+		h.mu.Lock()
+		h.snapshot = snap
+		h.mu.Unlock()
+		return snap
+	}
+	prev := load()
+	gittest.Push(t, url, map[string]string{"brc/a.cue": "kind: \"trigger\"\nname: \"a\"\nblock_name: \"web\"\ntarget_version: \"1\"\nnodes: [\"n1\"]\n"}, nil, "Roll out a")
+	snap := load()
+	changed := changedTriggers(prev, snap)
+	if !changed["a"] {
+		t.Fatalf("the push changed %v", changed)
+	}
+	// hold runs the push's plan, held where hook holds it, and a reconcile
+	// beside it; it returns whether the reconcile ended while the plan was
+	// held (within a second), and once the plan is released
+	hold := func(what string, hook *func()) bool {
+		t.Helper()
+		in, release := make(chan struct{}), make(chan struct{})
+		*hook = func() { close(in); <-release }
+		defer func() { *hook = nil }()
+		planned := make(chan struct{})
+		go func() { h.planPush(ctx, fence, snap, changed, 0); close(planned) }()
+		select {
+		case <-in:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the push's plan never got there", what)
+		}
+		reconciled := make(chan struct{})
+		go func() { h.reconcileStep(ctx); close(reconciled) }()
+		var early bool
+		select {
+		case <-reconciled:
+			early = true
+		case <-time.After(time.Second):
+		}
+		close(release)
+		for _, c := range []chan struct{}{planned, reconciled} {
+			select {
+			case <-c:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: the plan or the reconcile never ended once released", what)
+			}
+		}
+		return early
+	}
+	if hold("held in its plan", &h.duringPushPlan) {
+		t.Error("a reconcile ran while a push plan was reading and planning")
+	}
+	var create func()
+	h.beforeCreate = func(fleetwave.RolloutSpec) {
+		if create != nil {
+			create()
+		}
+	}
+	if !hold("held in its creation", &create) {
+		t.Error("a reconcile waited for a push's creation")
+	}
+	id := fmt.Sprintf("a-g%d", snap.Generation("trigger/a"))
+	if r, err := h.eng.RolloutRecord(ctx, id); err != nil || r.ID != id {
+		t.Fatalf("rollout %s: %+v, %v", id, r, err)
+	}
+}

@@ -363,7 +363,7 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 // them (docs/metrics.md).
 var (
 	statusStepNames    = []string{"read", "engine", "rollouts", "summary", "nodes", "fetch", "edit", "encode", "store", "push", "record", "ack"}
-	reconcileStepNames = []string{"observe", "drained", "plan", "create", "requests", "approvals"}
+	reconcileStepNames = []string{"wait", "observe", "drained", "plan", "create", "requests", "approvals"}
 )
 
 // stepKeys are the keys scrapeHistograms gives the series of each step of

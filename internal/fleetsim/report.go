@@ -197,7 +197,7 @@ func Rows(results []Result) []Row {
 		{Name: "hub sync of a commit (fetch, validate, apply), mean", Values: dur(func(r Result) time.Duration { return r.SyncMean }), Unit: unitDuration},
 		{Name: "plan (hub reconcile), mean", Values: dur(func(r Result) time.Duration { return r.PlanMean }), Unit: unitDuration},
 		{Name: "plan (hub reconcile), max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.PlanMax }), Unit: unitDuration},
-		{Name: "  of a reconcile, mean: observations read (with the wait for a read in progress)", Values: reconcileSteps("observe"), Unit: unitDuration},
+		{Name: "  of a reconcile, mean: observations read (with the waits for a read or a push plan in progress)", Values: reconcileSteps("wait", "observe"), Unit: unitDuration},
 		{Name: "  of a reconcile, mean: plan (every node)", Values: reconcileSteps("plan"), Unit: unitDuration},
 		{Name: "  of a reconcile, mean: items handed to the engine, and those sent before checked", Values: reconcileSteps("create"), Unit: unitDuration},
 		{Name: "  of a reconcile, mean: the rest (drained, requests, approvals)", Values: reconcileSteps("drained", "requests", "approvals"), Unit: unitDuration},
