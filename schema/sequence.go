@@ -115,12 +115,19 @@ var followKinds = map[fleetwave.Kind]bool{
 // Sequence keeps of it, or nil when files must be loaded whole (the set of
 // paths differs, a file of another kind changed, or a changed file or a
 // check has an error, which Load reports with all the others).
+//
+// Files added since last are loaded from it too when paths lists them and
+// each is a new object of a kind no other object's check reads but BRCs
+// (a BRC, a rollout request, an approval): a push that starts a rollout
+// adds a BRC, and at 100,000 nodes a whole load took 1.2 s of the hub's
+// sync. Any other file added, or one removed, is loaded whole.
 func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []string) (*fleetwave.Snapshot, *loaded) {
-	if len(files) != len(last.files) {
+	if len(files) < len(last.files) || (paths == nil && len(files) != len(last.files)) {
 		return nil, nil
 	}
 	var jobs []job
 	kinds := map[fleetwave.Kind]bool{}
+	var added map[fleetwave.ObjectKey]string // key -> path of each object added
 	if paths == nil {
 		paths = make([]string, 0, len(files))
 		for p, data := range files {
@@ -136,13 +143,22 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 	for _, p := range paths {
 		data, ok := files[p]
 		old, had := last.files[p]
-		if ok != had {
-			return nil, nil // a path added or removed
+		if !ok {
+			return nil, nil // a path removed (or listed and in neither tree)
 		}
-		if bytes.Equal(old, data) {
+		if had && bytes.Equal(old, data) {
 			continue
 		}
 		key, isObject := ObjectKeyForPath(p)
+		if !had {
+			if _, dup := last.present[key]; !isObject || !addKinds[key.Kind()] || dup || added[key] != "" {
+				return nil, nil // Load tells a path outside the layout, a duplicate
+			}
+			if added == nil {
+				added = map[fleetwave.ObjectKey]string{}
+			}
+			added[key] = p
+		}
 		if !isObject {
 			continue // Load does not read it, and its path was valid
 		}
@@ -151,6 +167,9 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 		}
 		kinds[key.Kind()] = true
 		jobs = append(jobs, job{path: p, key: key, data: data})
+	}
+	if len(files) != len(last.files)+len(added) {
+		return nil, nil // a path removed that paths did not list
 	}
 	v.checkJobs(jobs, false) // the cache stays the last whole tree's
 
@@ -181,11 +200,15 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 			return nil, nil
 		}
 		i, found := slices.BinarySearchFunc(objs, j.path, func(o *object, p string) int { return strings.Compare(o.path, p) })
-		if !found {
+		o := &object{path: j.path, key: r.key, obj: copyObject(r.obj), hash: r.hash}
+		switch {
+		case found:
+			objs[i] = o
+		case added[j.key] == j.path:
+			objs = slices.Insert(objs, i, o)
+		default:
 			return nil, nil // not an object of the last tree: cannot be, as it was valid
 		}
-		o := &object{path: j.path, key: r.key, obj: copyObject(r.obj), hash: r.hash}
-		objs[i] = o
 		recheck = append(recheck, o)
 		place(snap, o) // a node, BRC, rollout or approval (followKinds): maps of snap's own
 	}
@@ -197,8 +220,13 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 			}
 		}
 	}
+	present := last.present
+	if len(added) > 0 {
+		present = maps.Clone(present)
+		maps.Copy(present, added)
+	}
 	dataOf := func(p string) cue.Value { return v.buildData(p, files[p]) }
-	if len(referenceErrors(snap, recheck, last.present, dataOf)) > 0 {
+	if len(referenceErrors(snap, recheck, present, dataOf)) > 0 {
 		return nil, nil
 	}
 	if (kinds[fleetwave.KindTrigger] || kinds[fleetwave.KindNode]) && len(ownerConflicts(snap, objs, dataOf)) > 0 {
@@ -211,5 +239,13 @@ func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []str
 		}
 	}
 	v.opts.log.Debug().Int("files", len(files)).Int("changed", len(jobs)).Msg("tree validated from the last one")
-	return snap, &loaded{files: files, snap: snap, objs: objs, present: last.present}
+	return snap, &loaded{files: files, snap: snap, objs: objs, present: present}
+}
+
+// addKinds are the kinds of the objects a tree loaded from the last one
+// may add: no check of another object reads whether one exists, but a
+// rollout request's of its BRC, which every request runs again when a
+// BRC changes.
+var addKinds = map[fleetwave.Kind]bool{
+	fleetwave.KindTrigger: true, fleetwave.KindRollout: true, fleetwave.KindApproval: true,
 }

@@ -130,11 +130,11 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 			}
 			return out
 		}
-		followed, errored, told, toldWhole := 0, 0, 0, 0
+		followed, errored, told, toldWhole, addedFollowed := 0, 0, 0, 0, 0
 		var saved map[string][]byte
 		steps := 150
 		for step := range steps {
-			what := r.Intn(20)
+			what := r.Intn(23)
 			// bad: the change makes the tree invalid (a node deleted may be
 			// one a BRC, the rollout or the approval names)
 			bad := r.Intn(5) == 0 || what == 16 || what == 17
@@ -145,6 +145,7 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 			if bad && saved == nil {
 				saved = maps.Clone(cur.files)
 			}
+			adding := false // a file added at this step
 			either := func(good, wrong string) string {
 				if bad {
 					return wrong
@@ -204,6 +205,47 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 				}
 			case what == 17:
 				cur.files[cur.paths[fmt.Sprintf("nodes/n%02d", r.Intn(40))]] = []byte("{[")
+			case what == 20 || what == 21: // a BRC added (a push that starts a rollout), or removed
+				name := pick("cache", "web-ap")
+				p := "brc/" + name + pick(seqExts...)
+				if had := cur.paths["brc/"+name]; had != "" {
+					delete(cur.files, had)
+					delete(cur.paths, "brc/"+name)
+					break
+				}
+				if bad && r.Intn(2) == 0 {
+					p = "brc/db" + pick(".yaml", ".cue") // a second file of BRC db
+				}
+				doc := seqWeb(name, either("web", "nope"), "ap", pick("1.0", "1.1"))
+				if name == "cache" {
+					doc = map[string]any{"kind": "trigger", "name": name, "block_name": either("db", "nope"), "target_version": "3.0", "nodes": nodes(bad)}
+				}
+				data, err := json.Marshal(doc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasSuffix(p, ".cue") {
+					data = data[1 : len(data)-1]
+				}
+				cur.files[p], adding = data, true
+				if !strings.HasPrefix(p, "brc/db") {
+					cur.paths["brc/"+name] = p
+				}
+			case what == 22: // a rollout request or an approval added, or removed
+				folder, name := pick("rollouts", "approvals"), pick("r2", "a2")
+				if had := cur.paths[folder+"/"+name]; had != "" {
+					delete(cur.files, had)
+					delete(cur.paths, folder+"/"+name)
+					break
+				}
+				adding = true
+				if folder == "rollouts" {
+					cur.put(folder, name, pick(seqExts...), map[string]any{"kind": "rollout", "name": name, "brc": either(pick("web-us", "web-eu", "cache"), "gone"),
+						"action_name": either("restart", "stop"), "nodes": nodes(bad)})
+				} else {
+					cur.put(folder, name, pick(seqExts...), map[string]any{"kind": "approval", "name": name, "brc": either(pick("db", "web-eu", "cache"), "gone"),
+						"target_version": "2.0", "nodes": nodes(bad)})
+				}
 			case what >= 18 && r.Intn(2) == 0: // back to the base tree, then on from there
 				cur = &seqTree{files: maps.Clone(base.files), paths: maps.Clone(base.paths)}
 			}
@@ -261,13 +303,16 @@ func TestSequenceLoadsWhatLoadLoads(t *testing.T) {
 			sameResult(t, fmt.Sprintf("seed %d step %d (change %d)", seed, step, what), got, want)
 			if seq.followed > before {
 				followed++
+				if adding {
+					addedFollowed++
+				}
 			}
 			if want.errs != "" {
 				errored++
 			}
 		}
-		t.Logf("seed %d: %d of %d steps loaded from the last tree, %d told what changed (%d loaded whole), %d with errors", seed, followed, steps, told, toldWhole, errored)
-		if followed < steps/4 || told < followed || toldWhole == 0 || errored < steps/20 {
+		t.Logf("seed %d: %d of %d steps loaded from the last tree (%d adding a file), %d told what changed (%d loaded whole), %d with errors", seed, followed, steps, addedFollowed, told, toldWhole, errored)
+		if followed < steps/4 || addedFollowed == 0 || told < followed || toldWhole == 0 || errored < steps/20 {
 			t.Fatalf("seed %d: %d steps loaded from the last tree and %d with errors: the test no longer covers both", seed, followed, errored)
 		}
 	}
