@@ -45,6 +45,28 @@ func BenchmarkSyncOneBRC(b *testing.B) {
 	}
 }
 
+// BenchmarkSyncNewBRC is BenchmarkSyncOneFile where each commit adds a
+// BRC (a one-node rollout of a block no other BRC installs), as a push
+// that starts a new rollout does.
+//
+//	go test -run '^$' -bench 'SyncNewBRC/100k' -benchtime 10x ./gitsync/
+func BenchmarkSyncNewBRC(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) { benchSync(b, n, newBRC) })
+	}
+}
+
+// newBRC is a pick of benchSync: it adds blocks/bench-added.cue to the
+// tree and returns the BRC path each commit adds (%d: the commit's
+// number, which is also the one node it names).
+func newBRC(work string) string {
+	block := "kind: \"block\"\nname: \"bench-added\"\nactions: {\n\tinstall: command: \"true\"\n\tupgrade: command: \"true\"\n}\n"
+	if err := os.WriteFile(filepath.Join(work, "blocks", "bench-added.cue"), []byte(block), 0o644); err != nil {
+		panic(err)
+	}
+	return "brc/bench-added-%d.cue"
+}
+
 // hubNormalizer is the hub's adapter of schema to gitsync.Normalizer.
 type hubNormalizer struct{}
 
@@ -114,6 +136,7 @@ func benchSync(b *testing.B, nodes int, pick func(work string) string) {
 	if err := fleetgen.Generate(work, nodes, 50, 50, 1); err != nil {
 		b.Fatal(err)
 	}
+	pickedPath := pick(work) // before the first commit: a pick may add files
 	bare := filepath.Join(b.TempDir(), "remote.git")
 	gittest.Git(b, work, "init", "--quiet", "--initial-branch=main")
 	gittest.Git(b, work, "add", "-A")
@@ -137,10 +160,13 @@ func benchSync(b *testing.B, nodes int, pick func(work string) string) {
 		b.Fatal(err)
 	}
 
-	node := filepath.Join(work, pick(work))
-	orig, err := os.ReadFile(node)
-	if err != nil {
-		b.Fatal(err)
+	node := filepath.Join(work, pickedPath)
+	adding := strings.Contains(pickedPath, "%d") // each commit adds a file
+	var orig []byte
+	if !adding {
+		if orig, err = os.ReadFile(node); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if out := os.Getenv("FLEETWAVE_SYNC_CPUPROFILE"); out != "" {
 		f, err := os.Create(out)
@@ -159,10 +185,16 @@ func benchSync(b *testing.B, nodes int, pick func(work string) string) {
 		b.StopTimer()
 		i++
 		// the same node changes every time: a new content each commit
-		data := append(bytes.Clone(orig), fmt.Appendf(nil, "\n// edit %d\n", i)...)
-		if err := os.WriteFile(node, data, 0o644); err != nil {
+		path, data := node, append(bytes.Clone(orig), fmt.Appendf(nil, "\n// edit %d\n", i)...)
+		if adding {
+			path = fmt.Sprintf(node, i)
+			data = fmt.Appendf(nil, "kind: \"trigger\"\nname: \"bench-added-%d\"\nblock_name: \"bench-added\"\ntarget_version: \"1\"\nnodes: [%q]\n",
+				i, fmt.Sprintf("node-%06d", i))
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
+		gitRun(b, work, "add", "-A")
 		gitRun(b, work, "commit", "--quiet", "-am", fmt.Sprintf("edit %d", i))
 		gitRun(b, work, "push", "--quiet", "origin", "HEAD:main")
 		b.StartTimer()
