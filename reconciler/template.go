@@ -301,6 +301,12 @@ func (r *renderer) renderNode(snap *fleetwave.Snapshot, n *fleetwave.Node, b *fl
 // renderVars renders trigger t's template for node n of snap, taken from
 // opts.Renders when it holds that render of snap.
 func (r *renderer) renderVars(snap *fleetwave.Snapshot, n *fleetwave.Node, b *fleetwave.Block, t *fleetwave.Trigger) (string, error) {
+	if t.BlockConfigTemplate == "" {
+		// what gonja renders of an empty template, without the node's
+		// variables: a BRC without a template over 100,000 nodes spent
+		// half its plan building them
+		return "", nil
+	}
 	c := r.opts.Renders
 	if c == nil || strings.Contains(t.BlockConfigTemplate, credentialFuncName) {
 		// a credential is the credential store's, not the snapshot's
