@@ -222,13 +222,14 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 	// hold runs the push's plan, held where hook holds it, and a reconcile
 	// beside it; it returns whether the reconcile ended while the plan was
 	// held (within a second), and once the plan is released
-	hold := func(what string, hook *func()) bool {
+	direct := func() { h.planPush(ctx, fence, snap, changed, 0) }
+	hold := func(what string, hook *func(), plan func()) bool {
 		t.Helper()
 		in, release := make(chan struct{}), make(chan struct{})
 		*hook = func() { close(in); <-release }
 		defer func() { *hook = nil }()
 		planned := make(chan struct{})
-		go func() { h.planPush(ctx, fence, snap, changed, 0); close(planned) }()
+		go func() { plan(); close(planned) }()
 		select {
 		case <-in:
 		case <-time.After(30 * time.Second):
@@ -252,8 +253,27 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 		}
 		return early
 	}
-	if hold("held in its plan", &h.duringPushPlan) {
+	if hold("held in its plan", &h.duringPushPlan, direct) {
 		t.Error("a reconcile ran while a push plan was reading and planning")
+	}
+	// as a sync asks: the push step asks for the reconcile once its
+	// plan holds planning, before the plan runs
+	h.pushSlots, h.pushNow, h.reconcileNow = make(chan struct{}, pushPlans), make(chan struct{}, 1), make(chan struct{}, 1)
+	viaStep := func() {
+		h.mu.Lock()
+		h.pushed = prev
+		h.mu.Unlock()
+		h.pushAsked.Store(time.Now().UnixNano())
+		h.pushStep(ctx)
+		select {
+		case <-h.reconcileNow:
+		default:
+			t.Error("a push step asked by a sync asked for no reconcile")
+		}
+		h.pushing.Wait()
+	}
+	if hold("held in its plan, from the push step", &h.duringPushPlan, viaStep) {
+		t.Error("a reconcile ran while a push plan started by the push step was reading and planning")
 	}
 	var create func()
 	h.beforeCreate = func(fleetwave.RolloutSpec) {
@@ -261,7 +281,7 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 			create()
 		}
 	}
-	if !hold("held in its creation", &create) {
+	if !hold("held in its creation", &create, direct) {
 		t.Error("a reconcile waited for a push's creation")
 	}
 	id := fmt.Sprintf("a-g%d", snap.Generation("trigger/a"))

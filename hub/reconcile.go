@@ -223,8 +223,18 @@ func changedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
 // the same event once (the second joins it with nothing new). A BRC whose
 // new generation waits for its quiescence_seconds, or a commit that changes
 // more than BRCs, is left to the reconcile loop.
+//
+// A sync asks for both a push plan and a reconcile through it: the
+// reconcile is asked for once the push's plan holds planning, so that
+// the reconcile plans after it (planPush).
 func (h *Hub) pushStep(ctx context.Context) {
 	asked := h.pushAsked.Swap(0)
+	reconcile := asked != 0 // a sync asked: a reconcile is asked for too
+	defer func() {
+		if reconcile {
+			h.kick(h.reconcileNow)
+		}
+	}()
 	fence := h.currentFence()
 	h.mu.Lock()
 	snap, prev := h.snapshot, h.pushed
@@ -242,7 +252,12 @@ func (h *Hub) pushStep(ctx context.Context) {
 	if len(changed) == 0 {
 		return
 	}
-	plan := func(ctx context.Context) { h.planPush(ctx, fence, snap, changed, asked) }
+	h.planning.RLock() // released by planPush once it planned
+	if reconcile {
+		h.kick(h.reconcileNow)
+		reconcile = false
+	}
+	plan := func(ctx context.Context) { h.planPushHeld(ctx, fence, snap, changed, asked) }
 	select {
 	case h.pushSlots <- struct{}{}:
 		// beside the loop: the next push's plan does not wait for this
@@ -265,6 +280,15 @@ const pushPlans = 4
 // planPush is the plan and creation of the BRCs changed of one push
 // (pushStep); asked is when the sync asked for it (Unix nanoseconds).
 func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
+	h.planning.RLock()
+	h.planPushHeld(ctx, fence, snap, changed, asked)
+}
+
+// planPushHeld is planPush for a caller that took planning (shared) for
+// it: it is released once the push is planned.
+func (h *Hub) planPushHeld(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
+	planned := sync.OnceFunc(h.planning.RUnlock)
+	defer planned()
 	start := time.Now()
 	steps := startLaps(start, asked)
 	defer func() {
@@ -280,9 +304,6 @@ func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapsho
 	// BRC of every node, planned by both at once on a busy hub, made a
 	// push of 100,000 nodes wait 5.8 s for its plan instead of 2.9);
 	// the creation below does not hold it back
-	h.planning.RLock()
-	planned := sync.OnceFunc(h.planning.RUnlock)
-	defer planned()
 	scope := map[string]bool{}
 	for name := range changed {
 		for _, id := range reconciler.Scope(snap, snap.Triggers[name]) {

@@ -106,8 +106,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
 		Func(lapFields(steps)).Msg("snapshot applied")
 	h.pushAsked.CompareAndSwap(0, time.Now().UnixNano())
-	h.kick(h.pushNow)
-	h.kick(h.reconcileNow)
+	h.kick(h.pushNow) // which asks for a reconcile (pushStep)
 }
 
 // slowSync is the time from which a sync of a new commit (its wait for
