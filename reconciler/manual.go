@@ -193,7 +193,7 @@ func PlanManual(snap *fleetwave.Snapshot, obs fleetwave.Observations, req *fleet
 		case action == fleetwave.ActionTakeover && observed != nil && observed.ManagedBy != fleetwave.ManagedByCLI:
 			item.SkipReason, item.Payload = ReasonNotCLIManaged, fleetwave.AttemptPayload{}
 		}
-		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})
+		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: &item})
 	}
 	items, _ = place(obs, t.Name, block, items, nil, opts)
 	spec.Items = sortItems(items)

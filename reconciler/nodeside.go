@@ -135,7 +135,7 @@ func blockItem(it *fleetwave.ItemSpec, reason, msg string) {
 func place(obs fleetwave.Observations, trigger string, block *fleetwave.Block, items []rankedItem, held []Problem, opts Options) ([]rankedItem, []Problem) {
 	groups := map[string][]int{} // split action -> indexes of its items
 	for i := range items {
-		it := &items[i].item
+		it := items[i].item
 		ba := block.Actions[it.Action]
 		if ba.Placement == fleetwave.PlacementSplit {
 			groups[it.Action] = append(groups[it.Action], i)
@@ -192,7 +192,7 @@ func place(obs fleetwave.Observations, trigger string, block *fleetwave.Block, i
 			}
 		}
 		for _, i := range idx {
-			it := &items[i].item
+			it := items[i].item
 			switch {
 			case it.SkipReason != "" || it.BlockReason != "":
 			case msg != "":

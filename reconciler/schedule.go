@@ -185,7 +185,7 @@ func PlanSchedule(snap *fleetwave.Snapshot, obs fleetwave.Observations, t *fleet
 		if observed.ManagedBy == fleetwave.ManagedByCLI && !t.AutoTakeover {
 			item.SkipReason, item.Payload = fleetwave.ReasonCLIManaged, fleetwave.AttemptPayload{}
 		}
-		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: item})
+		items = append(items, rankedItem{rank: priorityRank(snap.Config.PriorityOrder, item.Criticality), item: &item})
 	}
 	items, _ = place(obs, t.Name, block, items, nil, opts)
 	spec.Items = sortItems(items)
