@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/hash"
+	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // compactAt is the number of packs in the mirror from which compact merges
@@ -124,10 +126,42 @@ func (r *Repo) compactHeld() (int, error) {
 		}
 	}
 	fs.Reindex()
+	r.warmIndexes()
 	if err := syncDir(dir); err != nil {
 		return 0, fmt.Errorf("compact: %w", err)
 	}
 	return len(merge), nil
+}
+
+// warmIndexes reads the tips the next operation reads (the tracked
+// branch's commit and trees, the status branch's commit), so that the
+// storage loads every pack's index again, and builds the offsets of the
+// packs those objects are in, while the compaction holds mu. The next
+// sync, fetch or status write would otherwise do it under mu itself
+// (about 0.1 s on an idle machine at 100,000 nodes, seconds on a busy
+// hub: a sync's read of a pushed commit held the lock for 2.3 s right
+// after a compaction). A read that fails leaves the work to the next
+// reader, as before. The caller holds mu.
+func (r *Repo) warmIndexes() {
+	tips := []plumbing.Hash{r.lastHead}
+	if r.opts.statusBranch != "" {
+		if ref, err := r.repo.Reference(r.statusRef(), true); err == nil {
+			tips = append(tips, ref.Hash())
+		}
+	}
+	for i, h := range tips {
+		c, err := object.GetCommit(r.repo.Storer, h)
+		if err != nil || i > 0 {
+			continue
+		}
+		if t, err := c.Tree(); err == nil {
+			for _, e := range t.Entries {
+				if e.Mode == filemode.Dir {
+					_, _ = object.GetTree(r.repo.Storer, e.Hash)
+				}
+			}
+		}
+	}
 }
 
 // mergePacks returns one pack holding every object of packs. A whole

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -394,4 +395,54 @@ func statusRound(t *testing.T, r *Repo, i int) string {
 	}
 	r.compacting.Wait()
 	return c
+}
+
+// TestCompactionLeavesTheIndexesLoaded: a compaction makes the storage
+// read every pack's index again, and reads it itself, under the lock it
+// holds, rather than leaving it to the next sync or status write (seconds
+// on a busy hub at 100,000 nodes). The storage's index map (go-git's, read
+// by reflection) is loaded when the compaction ends, with one entry per
+// pack, and the mirror reads as before.
+func TestCompactionLeavesTheIndexesLoaded(t *testing.T) {
+	url, dir, r := mirrorOf(t, map[string]string{"nodes/a.json": `{"n": 0}`})
+	ctx := context.Background()
+	r.compactMu.Lock() // no compaction in the background: this test runs it
+	for i := range compactAt + 1 {
+		if i%4 == 0 {
+			gittest.Push(t, url, map[string]string{"nodes/a.json": fmt.Sprintf(`{"n": %d}`, i)}, nil, fmt.Sprintf("change %d", i))
+			if _, _, err := r.Fetch(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := r.CommitStatus(ctx, map[string][]byte{"status/summary.yaml": fmt.Appendf(nil, "round: %d\n", i)}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.compactMu.Unlock()
+	before, err := listPacks(filepath.Join(dir, "objects", "pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	fs, _, _ := packDir(r.repo.Storer)
+	r.mu.Unlock()
+	n, err := r.compact()
+	if err != nil || n < 2 {
+		t.Fatalf("compact merged %d packs of %d (%v)", n, len(before), err)
+	}
+	after, err := listPacks(filepath.Join(dir, "objects", "pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := reflect.ValueOf(&fs.ObjectStorage).Elem().FieldByName("index")
+	if !index.IsValid() {
+		t.Fatal("go-git's ObjectStorage has no index field any more: this test reads it")
+	}
+	if index.IsNil() || index.Len() != len(after) {
+		t.Fatalf("after the compaction the storage holds %d pack indexes (nil: %v), the mirror %d packs", index.Len(), index.IsNil(), len(after))
+	}
+	head := fetch(t, r)
+	files, problems, err := r.Files(ctx, head)
+	if err != nil || len(problems) != 0 || string(files["nodes/a.json"]) != fmt.Sprintf(`{"n": %d}`, compactAt/4*4) {
+		t.Fatalf("files at %s after the compaction: %q %v %v", head, files["nodes/a.json"], problems, err)
+	}
 }
