@@ -36,20 +36,7 @@ func TestAPushIsPlannedBesideASlowerOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func() {
-		t.Helper()
-		head, _, err := h.repo.Fetch(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, verr, err := loadAt(ctx, h.repo, wholeLoad(v), head, nil)
-		if err != nil || verr != nil {
-			t.Fatalf("load %s: %v %v", head, err, verr)
-		}
-		h.mu.Lock()
-		h.snapshot = snap
-		h.mu.Unlock()
-	}
+	load := func() { applyHead(t, h, v) }
 	brc := func(name, node string) map[string]string {
 		return map[string]string{"brc/" + name + ".cue": "kind: \"trigger\"\nname: \"" + name + "\"\nblock_name: \"web\"\ntarget_version: \"1\"\nnodes: [\"" + node + "\"]\n"}
 	}
@@ -197,24 +184,9 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func() *fleetwave.Snapshot {
-		t.Helper()
-		head, _, err := h.repo.Fetch(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, verr, err := loadAt(ctx, h.repo, wholeLoad(v), head, nil)
-		if err != nil || verr != nil {
-			t.Fatalf("load %s: %v %v", head, err, verr)
-		}
-		h.mu.Lock()
-		h.snapshot = snap
-		h.mu.Unlock()
-		return snap
-	}
-	prev := load()
+	prev := applyHead(t, h, v)
 	gittest.Push(t, url, map[string]string{"brc/a.cue": "kind: \"trigger\"\nname: \"a\"\nblock_name: \"web\"\ntarget_version: \"1\"\nnodes: [\"n1\"]\n"}, nil, "Roll out a")
-	snap := load()
+	snap := applyHead(t, h, v)
 	changed := changedTriggers(prev, snap)
 	if !changed["a"] {
 		t.Fatalf("the push changed %v", changed)
@@ -288,4 +260,23 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 	if r, err := h.eng.RolloutRecord(ctx, id); err != nil || r.ID != id {
 		t.Fatalf("rollout %s: %+v, %v", id, r, err)
 	}
+}
+
+// applyHead fetches h's mirror, loads the tracked branch's tip whole with v
+// and makes it h's snapshot, as a sync does.
+func applyHead(t *testing.T, h *Hub, v *schema.Validator) *fleetwave.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	head, _, err := h.repo.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, verr, err := loadAt(ctx, h.repo, wholeLoad(v), head, nil)
+	if err != nil || verr != nil {
+		t.Fatalf("load %s: %v %v", head, err, verr)
+	}
+	h.mu.Lock()
+	h.snapshot = snap
+	h.mu.Unlock()
+	return snap
 }
