@@ -44,7 +44,7 @@ func (e *Engine) Observations(ctx context.Context) (fleetwave.Observations, erro
 // are lost, and the counter may later pass the mark again), when the
 // counter went back, and at least every fullObserveEvery.
 func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, error) {
-	return e.observe(ctx, false)
+	return e.observe(ctx, false, nil)
 }
 
 // ObservationsShared is Observations without the copies: the reports are
@@ -53,13 +53,14 @@ func (e *Engine) Observe(ctx context.Context) (fleetwave.Observations, int64, er
 // observation every few seconds to compare it with what it last wrote;
 // copying 100,000 reports for that was a sixth of its CPU.
 func (e *Engine) ObservationsShared(ctx context.Context) (fleetwave.Observations, error) {
-	obs, _, err := e.observe(ctx, true)
+	obs, _, err := e.observe(ctx, true, nil)
 	return obs, err
 }
 
 // observe is Observe; shared: the kept reports themselves when the read
-// was incremental (a whole read returns the copies it decoded).
-func (e *Engine) observe(ctx context.Context, shared bool) (fleetwave.Observations, int64, error) {
+// was incremental (a whole read returns the copies it decoded); only, when
+// not nil: the observations of those nodes alone.
+func (e *Engine) observe(ctx context.Context, shared bool, only []string) (fleetwave.Observations, int64, error) {
 	e.omu.Lock()
 	defer e.omu.Unlock()
 	runID := e.serverRunID(ctx)
@@ -92,11 +93,14 @@ func (e *Engine) observe(ctx context.Context, shared bool) (fleetwave.Observatio
 			return nil, 0, err
 		}
 		if incremental {
-			obs = e.obs.all(shared)
+			obs = e.obs.some(only, shared)
 			e.obsAt.ver = version
 		} else {
 			e.obs.keepOnly(obs)
 			e.obsAt = obsMark{ver: version, server: server, full: now}
+			if only != nil {
+				obs = pick(obs, only)
+			}
 		}
 		return obs, version, nil
 	}
@@ -199,7 +203,7 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 		return fleetwave.Observations{}, v, err
 	}
 	if len(ids) > pipelineChunk/2 && len(ids)*observeWholeShare >= e.obs.len() {
-		return e.observeSome(ctx, ids)
+		return e.observe(ctx, false, ids)
 	}
 	members := make([]any, len(ids))
 	for i, id := range ids {
@@ -244,22 +248,6 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 // observeWholeShare: ObserveNodes reads as Observe does when its scope is
 // at least 1/observeWholeShare of the nodes the Engine keeps.
 const observeWholeShare = 4
-
-// observeSome is Observe for ids only: the incremental read, then the
-// copies of the observations of ids (a node never observed is absent).
-func (e *Engine) observeSome(ctx context.Context, ids []string) (fleetwave.Observations, int64, error) {
-	all, version, err := e.observe(ctx, true)
-	if err != nil {
-		return nil, 0, err
-	}
-	obs := make(fleetwave.Observations, len(ids))
-	for _, id := range ids {
-		if r := all[id]; r != nil {
-			obs[id] = (&decodedNode{r: *r}).report()
-		}
-	}
-	return obs, version, nil
-}
 
 // readObservations reads the full report and the instances of each node,
 // pipelined in chunks; keep: what it decoded replaces what was kept.
@@ -389,21 +377,44 @@ func (c *decodedNode) report() *fleetwave.Report {
 	return &r
 }
 
-// all returns a copy of every kept observation, or (shared) the kept
-// ones themselves: an entry is replaced when its node's observation
-// changes, never changed in place.
-func (d *decodedObs) all(shared bool) fleetwave.Observations {
+// some returns a copy of the kept observation of each node of only (nil:
+// every kept one), or (shared) the kept ones themselves: an entry is
+// replaced when its node's observation changes, never changed in place. A
+// node not kept is absent.
+func (d *decodedObs) some(only []string, shared bool) fleetwave.Observations {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	obs := make(fleetwave.Observations, len(d.nodes))
-	for n, c := range d.nodes {
+	get := func(c *decodedNode) *fleetwave.Report {
 		if shared {
-			obs[n] = &c.r
-		} else {
-			obs[n] = c.report()
+			return &c.r
+		}
+		return c.report()
+	}
+	if only == nil {
+		obs := make(fleetwave.Observations, len(d.nodes))
+		for n, c := range d.nodes {
+			obs[n] = get(c)
+		}
+		return obs
+	}
+	obs := make(fleetwave.Observations, len(only))
+	for _, n := range only {
+		if c := d.nodes[n]; c != nil {
+			obs[n] = get(c)
 		}
 	}
 	return obs
+}
+
+// pick returns the observations of obs of the nodes of only.
+func pick(obs fleetwave.Observations, only []string) fleetwave.Observations {
+	out := make(fleetwave.Observations, len(only))
+	for _, n := range only {
+		if r := obs[n]; r != nil {
+			out[n] = r
+		}
+	}
+	return out
 }
 
 // len is the number of nodes kept.

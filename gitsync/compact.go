@@ -143,23 +143,19 @@ func (r *Repo) compactHeld() (int, error) {
 // after a compaction). A read that fails leaves the work to the next
 // reader, as before. The caller holds mu.
 func (r *Repo) warmIndexes() {
-	tips := []plumbing.Hash{r.lastHead}
-	if r.opts.statusBranch != "" {
-		if ref, err := r.repo.Reference(r.statusRef(), true); err == nil {
-			tips = append(tips, ref.Hash())
-		}
-	}
-	for i, h := range tips {
-		c, err := object.GetCommit(r.repo.Storer, h)
-		if err != nil || i > 0 {
-			continue
-		}
+	s := r.repo.Storer
+	if c, err := object.GetCommit(s, r.lastHead); err == nil {
 		if t, err := c.Tree(); err == nil {
 			for _, e := range t.Entries {
 				if e.Mode == filemode.Dir {
-					_, _ = object.GetTree(r.repo.Storer, e.Hash)
+					_, _ = object.GetTree(s, e.Hash)
 				}
 			}
+		}
+	}
+	if r.opts.statusBranch != "" {
+		if ref, err := r.repo.Reference(r.statusRef(), true); err == nil {
+			_, _ = object.GetCommit(s, ref.Hash())
 		}
 	}
 }

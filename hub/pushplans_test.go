@@ -139,6 +139,7 @@ func TestAPushPlanTakesTwoRoundTrips(t *testing.T) {
 			t.Fatalf("the push of %s changed %v", name, changed)
 		}
 		before := trips.N()
+		h.planning.RLock()
 		h.planPush(ctx, fence, snap, changed, 0)
 		return trips.N() - before, fmt.Sprintf("%s-g%d", name, snap.Generation(fleetwave.Key(fleetwave.KindTrigger, name)))
 	}
@@ -194,7 +195,7 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 	// hold runs the push's plan, held where hook holds it, and a reconcile
 	// beside it; it returns whether the reconcile ended while the plan was
 	// held (within a second), and once the plan is released
-	direct := func() { h.planPush(ctx, fence, snap, changed, 0) }
+	direct := func() { h.planning.RLock(); h.planPush(ctx, fence, snap, changed, 0) }
 	hold := func(what string, hook *func(), plan func()) bool {
 		t.Helper()
 		in, release := make(chan struct{}), make(chan struct{})

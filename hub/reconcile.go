@@ -229,35 +229,18 @@ func changedTriggers(prev, snap *fleetwave.Snapshot) map[string]bool {
 // the reconcile plans after it (planPush).
 func (h *Hub) pushStep(ctx context.Context) {
 	asked := h.pushAsked.Swap(0)
-	reconcile := asked != 0 // a sync asked: a reconcile is asked for too
-	defer func() {
-		if reconcile {
-			h.kick(h.reconcileNow)
-		}
-	}()
 	fence := h.currentFence()
-	h.mu.Lock()
-	snap, prev := h.snapshot, h.pushed
-	h.pushed = snap
-	h.mu.Unlock()
-	if fence == 0 || snap == nil || snap.Config.ReconcileMode == "observe" {
-		return
+	changed, snap := h.pushChanges(fence)
+	if len(changed) > 0 {
+		h.planning.RLock() // released by planPush once it planned
 	}
-	changed := changedTriggers(prev, snap)
-	for name := range changed {
-		if quiescence(snap, name) > 0 {
-			delete(changed, name)
-		}
+	if asked != 0 {
+		h.kick(h.reconcileNow)
 	}
 	if len(changed) == 0 {
 		return
 	}
-	h.planning.RLock() // released by planPush once it planned
-	if reconcile {
-		h.kick(h.reconcileNow)
-		reconcile = false
-	}
-	plan := func(ctx context.Context) { h.planPushHeld(ctx, fence, snap, changed, asked) }
+	plan := func(ctx context.Context) { h.planPush(ctx, fence, snap, changed, asked) }
 	select {
 	case h.pushSlots <- struct{}{}:
 		// beside the loop: the next push's plan does not wait for this
@@ -272,21 +255,36 @@ func (h *Hub) pushStep(ctx context.Context) {
 	}
 }
 
+// pushChanges takes the snapshot in force as the pushed one and returns
+// the BRCs it changed since the last pushed one that a push plans (none
+// while this hub does not lead or only observes).
+func (h *Hub) pushChanges(fence int64) (map[string]bool, *fleetwave.Snapshot) {
+	h.mu.Lock()
+	snap, prev := h.snapshot, h.pushed
+	h.pushed = snap
+	h.mu.Unlock()
+	if fence == 0 || snap == nil || snap.Config.ReconcileMode == "observe" {
+		return nil, snap
+	}
+	changed := changedTriggers(prev, snap)
+	for name := range changed {
+		if quiescence(snap, name) > 0 {
+			delete(changed, name)
+		}
+	}
+	return changed, snap
+}
+
 // pushPlans is how many push plans run at once beside the push loop: a
 // push arriving while they all run is planned by the loop itself, after
 // them.
 const pushPlans = 4
 
 // planPush is the plan and creation of the BRCs changed of one push
-// (pushStep); asked is when the sync asked for it (Unix nanoseconds).
+// (pushStep); asked is when the sync asked for it (Unix nanoseconds). The
+// caller holds planning (shared) for it: it is released once the push is
+// planned, before the creation.
 func (h *Hub) planPush(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
-	h.planning.RLock()
-	h.planPushHeld(ctx, fence, snap, changed, asked)
-}
-
-// planPushHeld is planPush for a caller that took planning (shared) for
-// it: it is released once the push is planned.
-func (h *Hub) planPushHeld(ctx context.Context, fence int64, snap *fleetwave.Snapshot, changed map[string]bool, asked int64) {
 	planned := sync.OnceFunc(h.planning.RUnlock)
 	defer planned()
 	start := time.Now()

@@ -122,8 +122,8 @@ var followKinds = map[fleetwave.Kind]bool{
 // adds a BRC, and at 100,000 nodes a whole load took 1.2 s of the hub's
 // sync. Any other file added, or one removed, is loaded whole.
 func (v *Validator) loadAfter(last *loaded, files map[string][]byte, paths []string) (*fleetwave.Snapshot, *loaded) {
-	if len(files) < len(last.files) || (paths == nil && len(files) != len(last.files)) {
-		return nil, nil
+	if paths == nil && len(files) != len(last.files) {
+		return nil, nil // a path added or removed, and not listed
 	}
 	var jobs []job
 	kinds := map[fleetwave.Kind]bool{}
