@@ -19,9 +19,10 @@ import (
 // queue empty waits in memory, holding no Redis connection: every script
 // that queues attempts publishes the nodes it queued for on the channel
 // "fw{p}:ready", once per script, and one subscriber per Engine (the
-// mux) claims the waiting Polls of those nodes and pops their queues in a
-// single pipeline. A wave of 200 attempts thus costs one message and one
-// round trip to hand out, whatever the number of agents waiting.
+// mux) claims the waiting Polls of those nodes and pops their queues in
+// pipelines of up to popChunk pops. A wave of 200 attempts thus costs one
+// message and one round trip to hand out, whatever the number of agents
+// waiting.
 //
 // Nothing is lost to the mux, and a waiting agent costs Redis nothing: a
 // Poll registers, and looks at its queue itself only when the mux may
@@ -42,6 +43,20 @@ const muxIdle = 30 * time.Second
 
 // muxRetry is the pause before the mux subscribes again after an error.
 const muxRetry = 500 * time.Millisecond
+
+// popChunk bounds the pops of one pipeline: the waiters of an
+// announcement are popped chunk by chunk, each chunk handed out as soon as
+// its pipeline returns. At 100,000 agents a wave of 5,000 was popped in one
+// pipeline, and its first agent got its attempt only once the last pop
+// was read.
+const popChunk = 256
+
+// muxHandlers bounds the announcements the mux hands out at once. Each is
+// popped by a goroutine of its own, so a small one does not wait for a
+// large one: a one-node rollout started during a wave of 5,000 was popped
+// only after the whole wave had been. Beyond the bound the mux waits, as
+// it did for each announcement before.
+const muxHandlers = 4
 
 // muxShards divides the registry of waiting Polls by node. At 100,000
 // agents one lock over the registry had, on two cores, some five Polls
@@ -84,6 +99,11 @@ type mux struct {
 	subscribed bool          // its subscription is confirmed (every shard's lock to write)
 	epoch      int           // confirmations so far (the same)
 	idle       time.Duration // muxIdle unless a test sets it before the first Poll
+
+	handlers chan struct{} // one token per announcement being handed out (capacity muxHandlers)
+	// beforePop, when a test sets it before the first Poll, is called with
+	// the nodes of each pipeline of pops before it runs
+	beforePop func(nodes []string)
 }
 
 // muxShard is one shard of the waiting Polls.
@@ -306,11 +326,34 @@ func (e *Engine) unsubscribed(run int) {
 	}
 }
 
+// handOut pops the queues of claimed waiters and hands each its share, in
+// a goroutine of its own (at most muxHandlers at once: beyond that it
+// waits for one to end), chunk by chunk.
+func (e *Engine) handOut(ctx context.Context, ws []*waiter) {
+	if len(ws) == 0 {
+		return
+	}
+	e.mux.handlers <- struct{}{}
+	go func() {
+		defer func() { <-e.mux.handlers }()
+		for chunk := range slices.Chunk(ws, popChunk) {
+			e.popFor(ctx, chunk)
+		}
+	}()
+}
+
 // popFor pops the queues of claimed waiters in one pipeline and hands each
 // its share.
 func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
 	if len(ws) == 0 {
 		return
+	}
+	if hook := e.mux.beforePop; hook != nil {
+		nodes := make([]string, len(ws))
+		for i, w := range ws {
+			nodes[i] = w.node
+		}
+		hook(nodes)
 	}
 	cmds := e.popPipeline(ctx, ws)
 	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }) {
@@ -421,10 +464,10 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, run int, subscrib
 				subscribed()
 				// announcements made before this are gone: look at every
 				// waiting Poll's queue
-				e.popFor(ctx, e.confirmed(run))
+				e.handOut(ctx, e.confirmed(run))
 			}
 		case *redis.Message:
-			e.popFor(ctx, e.claim(strings.Split(m.Payload, "\n")))
+			e.handOut(ctx, e.claim(strings.Split(m.Payload, "\n")))
 		case *redis.Pong:
 		}
 	}

@@ -232,6 +232,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		rnd:     o.rnd,
 		floor:   o.floor,
 		scripts: map[string]*redis.Script{},
+		mux:     mux{handlers: make(chan struct{}, muxHandlers)},
 		wsets:   map[string]*windowSet{},
 	}
 	for _, name := range scriptNames {

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1235,6 +1236,88 @@ func TestDeliveryMux(t *testing.T) {
 		r := <-got
 		if r.err != nil || len(r.as) != 1 || r.as[0].Delivery != 1 {
 			t.Fatalf("the waiting poll returned %+v (%v), want its attempt in delivery 1", r.as, r.err)
+		}
+	})
+	t.Run("a wave is popped in chunks, and a one-node rollout's attempt does not wait for the wave's pops", func(t *testing.T) {
+		h := newHarness(t, redistest.Start(t).Client(t), WithPrefix("beside"))
+		const n = 3*popChunk + 1 // four pipelines
+		release := make(chan struct{})
+		var armed atomic.Bool
+		var wavePipes, largest atomic.Int64
+		// once armed, the wave's pipelines after its first wait for release
+		h.e.mux.beforePop = func(nodes []string) {
+			if !armed.Load() || nodes[0] == "other" {
+				return
+			}
+			if int64(len(nodes)) > largest.Load() {
+				largest.Store(int64(len(nodes)))
+			}
+			if wavePipes.Add(1) > 1 {
+				select {
+				case <-release:
+				case <-time.After(20 * time.Second):
+				}
+			}
+		}
+		h.create(spec("wave", n, "web", 1, n, 0))
+		type result struct {
+			node string
+			as   []fleetwave.Attempt
+			err  error
+		}
+		wave, other := make(chan result, n), make(chan result, 1)
+		for i := range n + 1 {
+			node, to := fmt.Sprintf("n%d", i+1), wave
+			if i == n {
+				node, to = "other", other
+			}
+			go func() {
+				as, err := h.e.Poll(context.Background(), node, 5, 40*time.Second)
+				to <- result{node, as, err}
+			}()
+		}
+		waitMux(t, h.e, n+1)
+		armed.Store(true)
+		if res := h.step(); res.Dispatched != n {
+			t.Fatalf("dispatched %d of the wave, want %d", res.Dispatched, n)
+		}
+		check := func(r result) {
+			t.Helper()
+			if r.err != nil || len(r.as) != 1 || r.as[0].Node != r.node {
+				t.Fatalf("poll of %s returned %v (%v), want its attempt", r.node, ids(r.as), r.err)
+			}
+		}
+		// the first chunk is handed out while the others wait
+		select {
+		case r := <-wave:
+			check(r)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no poll of the wave got its attempt before the wave's last pops ran")
+		}
+		h.create(fleetwave.RolloutSpec{BaseID: "probe", MaxConcurrent: 1,
+			Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "probe"), Generation: 1, Kind: fleetwave.SourceScheduler},
+			Items:  []fleetwave.ItemSpec{itemSpec("other", "db", 1)}})
+		if res := h.step(); res.Dispatched != 1 {
+			t.Fatalf("dispatched %d of the one-node rollout, want 1", res.Dispatched)
+		}
+		select {
+		case r := <-other:
+			check(r)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the one-node rollout's attempt waited for the wave's pops")
+		}
+		for deadline := time.Now().Add(10 * time.Second); len(wave)+1 < popChunk && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := len(wave) + 1; got != popChunk {
+			t.Fatalf("%d polls of the wave answered while its last pops wait, want the first chunk's %d", got, popChunk)
+		}
+		close(release)
+		for range n - 1 {
+			check(<-wave)
+		}
+		if l := largest.Load(); l > popChunk {
+			t.Fatalf("a pipeline of %d pops, want at most %d", l, popChunk)
 		}
 	})
 	t.Run("the subscriber ends when no poll waits and the next poll starts it again", func(t *testing.T) {

@@ -358,3 +358,85 @@ func BenchmarkPollRegistry(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkHeldPollsHandOut: a wave of 5,000 attempts handed to the held
+// polls of its 5,000 nodes (the mux's path: one announcement, the pops,
+// each poll's delivery), then a one-item rollout of another node started
+// right after it, as a push lands during a wave. It reports when the
+// wave's first and last polls returned and when the other node's did,
+// each counted from the end of the wave's step (its script, ~0.5 s, is
+// reported apart: nothing is handed out before it ends).
+//
+//	go test -run '^$' -bench HeldPollsHandOut -benchtime 5x -count 4 ./engine/
+func BenchmarkHeldPollsHandOut(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := context.Background()
+	const nodes = 5000
+	var first, last, other, stepped time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e, fence := benchEngine(b, rdb, fmt.Sprintf("h%d", i))
+		if _, _, err := e.CreateRollout(ctx, fence, benchSpec("bench", nodes, nodes, nodes)); err != nil {
+			b.Fatal(err)
+		}
+		probe := fleetwave.RolloutSpec{BaseID: "probe", MaxConcurrent: 1, Source: fleetwave.RolloutSource{Kind: fleetwave.SourceScheduler},
+			Items: []fleetwave.ItemSpec{itemSpec("other", "b9", 1)}}
+		got := make(chan time.Time, nodes+1)
+		var otherAt time.Time
+		var wg sync.WaitGroup
+		for n := range nodes + 1 {
+			node := fmt.Sprintf("n%d", n)
+			if n == nodes {
+				node = "other"
+			}
+			wg.Go(func() {
+				as, err := e.Poll(ctx, node, 10, time.Minute)
+				if err != nil || len(as) != 1 {
+					b.Errorf("poll %s: %d attempts, %v", node, len(as), err)
+				}
+				if node == "other" {
+					otherAt = time.Now()
+				} else {
+					got <- time.Now()
+				}
+			})
+		}
+		for e.WaitingPolls() < nodes+1 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the mux subscribed and looked
+		b.StartTimer()
+		start := time.Now()
+		if res, err := e.Step(ctx, fence); err != nil || res.Dispatched != nodes {
+			b.Fatalf("step: %d dispatched, %v", res.Dispatched, err)
+		}
+		stepEnd := time.Now()
+		if _, _, err := e.CreateRollout(ctx, fence, probe); err != nil {
+			b.Fatal(err)
+		}
+		if res, err := e.Step(ctx, fence); err != nil || res.Dispatched != 1 {
+			b.Fatalf("step of the other rollout: %d dispatched, %v", res.Dispatched, err)
+		}
+		wg.Wait()
+		b.StopTimer()
+		close(got)
+		var lo, hi time.Time
+		for t := range got {
+			if lo.IsZero() || t.Before(lo) {
+				lo = t
+			}
+			if t.After(hi) {
+				hi = t
+			}
+		}
+		stepped += stepEnd.Sub(start)
+		first += lo.Sub(stepEnd)
+		last += hi.Sub(stepEnd)
+		other += otherAt.Sub(stepEnd)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+	b.ReportMetric(ms(stepped), "step-ms")
+	b.ReportMetric(ms(first), "first-ms")
+	b.ReportMetric(ms(last), "last-ms")
+	b.ReportMetric(ms(other), "other-ms")
+}
