@@ -104,6 +104,7 @@ do
   rid = id
 end
 if existing and (existing.status == 'cancelled' or existing.status == 'superseded') then
+  flush()
   if changed then
     bump()
   end
@@ -361,6 +362,7 @@ if opened then
   redis.call('HSET', k_r(rid), 'npos', int(pos))
   maybe_complete(rid) -- every item skipped: nothing to wait for
 end
+flush()
 if changed then
   bump()
 end

@@ -82,6 +82,13 @@ local FLEET = {}
 -- every add or remove below counts what Redis says it added or removed, so
 -- the depths stay exact even where a script heals a set.
 local LDELTA = {}
+-- The items counted by status and reason (isr:<rollout>) and the items'
+-- change marks (ichg:<rollout>), which hset_i keeps, are gathered the same
+-- way and written by flush(): per item written they were two HINCRBYs and
+-- a ZADD, a third of the calls of a wave's start. ISR: rollout id ->
+-- "<status>\n<reason>" -> delta; ICHG: rollout id -> item ids, marked at
+-- ICHG_AT (the change counter this script leaves).
+local ISR, ICHG, ICHG_AT = {}, {}, nil
 
 local function lane_count(kind, lane, n)
   if n ~= 0 then
@@ -187,7 +194,27 @@ local function flush()
       redis.call('HINCRBY', P .. 'lanecount', f, n)
     end
   end
-  DELTA, FLEET, LDELTA, LCOUNT = {}, {}, {}, {}
+  for rid, d in pairs(ISR) do
+    local k = P .. 'isr:' .. rid
+    for f, n in pairs(d) do
+      if n ~= 0 then
+        redis.call('HINCRBY', k, f, n)
+      end
+    end
+  end
+  for rid, ids in pairs(ICHG) do
+    local k, at = P .. 'ichg:' .. rid, int(ICHG_AT)
+    local args = {}
+    for i, id in ipairs(ids) do
+      args[#args + 1] = at
+      args[#args + 1] = id
+      if #args == 1000 or i == #ids then
+        redis.call('ZADD', k, unpack(args))
+        args = {}
+      end
+    end
+  end
+  DELTA, FLEET, LDELTA, LCOUNT, ISR, ICHG = {}, {}, {}, {}, {}, {}
 end
 
 -- The outbox (stream 'outbox') records, in the same script as the change,
@@ -254,14 +281,24 @@ local function hset_i(id, ...)
       local was = old[1] and (old[1] .. '\n' .. (old[2] or ''))
       local now = (st or old[1] or '') .. '\n' .. (rs or old[2] or '')
       if was ~= now then
-        local k = P .. 'isr:' .. rid
-        if was then
-          redis.call('HINCRBY', k, was, -1)
+        local d = ISR[rid]
+        if not d then
+          d = {}
+          ISR[rid] = d
         end
-        redis.call('HINCRBY', k, now, 1)
+        if was then
+          d[was] = (d[was] or 0) - 1
+        end
+        d[now] = (d[now] or 0) + 1
       end
     end
-    redis.call('ZADD', P .. 'ichg:' .. rid, version_after(), id)
+    ICHG_AT = version_after()
+    local ids = ICHG[rid]
+    if not ids then
+      ids = {}
+      ICHG[rid] = ids
+    end
+    ids[#ids + 1] = id
   end
   redis.call('HSET', k_i(id), ...)
 end

@@ -20,6 +20,7 @@ if v[1] ~= aid or v[2] ~= 'queued' then
 end
 if ARGV[UD.unsent] == '1' then
   hset_i(id, 'a_state', 'undelivered')
+  flush()
 end
 if ARGV[UD.expire] == '1' and redis.call('ZSCORE', P .. 'deadlines', aid) then
   redis.call('ZADD', P .. 'deadlines', int(NOW), aid)

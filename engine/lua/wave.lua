@@ -212,9 +212,17 @@ local function requires_of(it, into, seen)
 end
 
 -- Draining nodes (the set 'drain', replaced by SetDrained): nothing new is
--- dispatched to them; their items wait with reason node_draining.
-local DRAIN = {}
+-- dispatched to them; their items wait with reason node_draining. No
+-- script that reads it changes it: a fleet without any draining node asks
+-- once per script, not once per node.
+local DRAIN, ANY_DRAINING = {}, nil
 local function draining(node)
+  if ANY_DRAINING == nil then
+    ANY_DRAINING = redis.call('SCARD', P .. 'drain') > 0
+  end
+  if not ANY_DRAINING then
+    return false
+  end
   local d = DRAIN[node]
   if d == nil then
     d = redis.call('SISMEMBER', P .. 'drain', node) == 1
