@@ -90,6 +90,20 @@ local LDELTA = {}
 -- ICHG_AT (the change counter this script leaves).
 local ISR, ICHG, ICHG_AT = {}, {}, nil
 
+-- gather_add appends a (and b, when given) to the list t[key], made on
+-- its first use.
+local function gather_add(t, key, a, b)
+  local l = t[key]
+  if not l then
+    l = {}
+    t[key] = l
+  end
+  l[#l + 1] = a
+  if b then
+    l[#l + 1] = b
+  end
+end
+
 local function lane_count(kind, lane, n)
   if n ~= 0 then
     local f = kind .. ':' .. (lane or '')
@@ -293,12 +307,7 @@ local function hset_i(id, ...)
       end
     end
     ICHG_AT = version_after()
-    local ids = ICHG[rid]
-    if not ids then
-      ids = {}
-      ICHG[rid] = ids
-    end
-    ids[#ids + 1] = id
+    gather_add(ICHG, rid, id)
   end
   redis.call('HSET', k_i(id), ...)
 end

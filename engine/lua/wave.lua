@@ -60,22 +60,11 @@ local function set_reason(it, reason, at)
   end
 end
 
--- Set and sorted-set updates of dispatches are gathered and written by
--- dispatched() in one command per key, not one per item: a wave of 200
--- writes the deadlines, the lane's pending zset and in-flight set once.
+-- Set and sorted-set updates of dispatches are gathered (gather_add) and
+-- written by dispatched() in one command per key, not one per item: a
+-- wave of 200 writes the deadlines, the lane's pending zset and in-flight
+-- set once.
 local DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {}, ready = {} }
-
-local function dq_add(t, key, a, b)
-  local l = t[key]
-  if not l then
-    l = {}
-    t[key] = l
-  end
-  l[#l + 1] = a
-  if b then
-    l[#l + 1] = b
-  end
-end
 
 -- dispatch starts a new attempt of a pending or retrying item, queued for
 -- its node as the agent will receive it: "<attempt id>\n<fence>\n<deadline
@@ -96,14 +85,14 @@ local function dispatch(it, wave, mode)
   local tpl = redis.call('GET', P .. 'ip:' .. it.id) or '{}'
   redis.call('RPUSH', P .. 'q:' .. it.node, aid .. '\n' .. mode.fence .. '\n' .. deadline .. '\n' .. tpl)
   DQ.ready[#DQ.ready + 1] = it.node
-  dq_add(DQ.deadlines, P .. 'deadlines', deadline, aid)
+  gather_add(DQ.deadlines, P .. 'deadlines', deadline, aid)
   if it.status == 'pending' then
     local lp, lf = k_lp(it.rollout, it.managed_by), k_lf(it.rollout, it.managed_by)
-    dq_add(DQ.lp, lp, it.id)
-    dq_add(DQ.lf, lf, it.id)
+    gather_add(DQ.lp, lp, it.id)
+    gather_add(DQ.lf, lf, it.id)
     DQ.lane[lp], DQ.lane[lf] = it.managed_by or '', it.managed_by or ''
   elseif it.status == 'retrying' then
-    dq_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
+    gather_add(DQ.retry, P .. 'retry', it.id) -- a retrying item stays in flight
   end
   if it.q == '1' then
     -- a queued item takes its instance now that it is free
