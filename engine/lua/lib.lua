@@ -86,9 +86,9 @@ local LDELTA = {}
 -- change marks (ichg:<rollout>), which hset_i keeps, are gathered the same
 -- way and written by flush(): per item written they were two HINCRBYs and
 -- a ZADD, a third of the calls of a wave's start. ISR: rollout id ->
--- "<status>\n<reason>" -> delta; ICHG: rollout id -> item ids, marked at
--- ICHG_AT (the change counter this script leaves).
-local ISR, ICHG, ICHG_AT = {}, {}, nil
+-- "<status>\n<reason>" -> delta; ICHG: rollout id -> ZADD's score/member
+-- pairs.
+local ISR, ICHG = {}, {}
 
 -- gather_add appends a (and b, when given) to the list t[key], made on
 -- its first use.
@@ -102,6 +102,17 @@ local function gather_add(t, key, a, b)
   if b then
     l[#l + 1] = b
   end
+end
+
+-- call_chunked runs cmd on key with the arguments of list l, 1,000 at a
+-- time (unpack has limits; even, for ZADD's pairs), and returns the sum of
+-- the replies.
+local function call_chunked(cmd, key, l)
+  local n = 0
+  for i = 1, #l, 1000 do
+    n = n + redis.call(cmd, key, unpack(l, i, math.min(i + 999, #l)))
+  end
+  return n
 end
 
 local function lane_count(kind, lane, n)
@@ -216,17 +227,8 @@ local function flush()
       end
     end
   end
-  for rid, ids in pairs(ICHG) do
-    local k, at = P .. 'ichg:' .. rid, int(ICHG_AT)
-    local args = {}
-    for i, id in ipairs(ids) do
-      args[#args + 1] = at
-      args[#args + 1] = id
-      if #args == 1000 or i == #ids then
-        redis.call('ZADD', k, unpack(args))
-        args = {}
-      end
-    end
+  for rid, l in pairs(ICHG) do
+    call_chunked('ZADD', P .. 'ichg:' .. rid, l)
   end
   DELTA, FLEET, LDELTA, LCOUNT, ISR, ICHG = {}, {}, {}, {}, {}, {}
 end
@@ -306,8 +308,7 @@ local function hset_i(id, ...)
         d[now] = (d[now] or 0) + 1
       end
     end
-    ICHG_AT = version_after()
-    gather_add(ICHG, rid, id)
+    gather_add(ICHG, rid, int(version_after()), id)
   end
   redis.call('HSET', k_i(id), ...)
 end

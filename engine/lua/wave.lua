@@ -114,14 +114,11 @@ local function dispatched()
       cmd = 'ZREM'
     end
     for key, l in pairs(t) do
-      local step = 1000 -- even: ZADD takes score/member pairs
-      for i = 1, #l, step do
-        local n = redis.call(cmd, key, unpack(l, i, math.min(i + step - 1, #l)))
-        if t == DQ.lp then
-          lane_count('p', DQ.lane[key], -n)
-        elseif t == DQ.lf then
-          lane_count('f', DQ.lane[key], n)
-        end
+      local n = call_chunked(cmd, key, l)
+      if t == DQ.lp then
+        lane_count('p', DQ.lane[key], -n)
+      elseif t == DQ.lf then
+        lane_count('f', DQ.lane[key], n)
       end
     end
   end
