@@ -178,6 +178,10 @@ func TestCompactionResolvesFetchedDeltas(t *testing.T) {
 	for v := 1; v <= 3; v++ {
 		commits = append(commits, gittest.Push(t, url, map[string]string{"nodes/big.json": bigFile(v)}, nil, fmt.Sprintf("v%d", v)))
 	}
+	// packed in the remote, so that the fetch goes through upload-pack
+	// (the local fetch reads loose objects, whole) and brings git's deltas
+	gittest.Git(t, bareDir(url), "repack", "--quiet", "-a", "-d")
+	gittest.Git(t, bareDir(url), "prune-packed")
 	fetch(t, r)
 	packDir := filepath.Join(dir, "objects", "pack")
 	withDeltas := deltaPacks(t, packDir)

@@ -181,6 +181,9 @@ type Repo struct {
 	// number of entries (Repo.tree).
 	trees       map[plumbing.Hash]*object.Tree
 	treeEntries int
+	// localFetches counts the fetches fetchLocal made, those that brought
+	// nothing included (tests read it)
+	localFetches int
 	// kept are the large trees the last status commit wrote, decoded
 	// (treeEditor): the next one edits them.
 	kept map[plumbing.Hash]*object.Tree
@@ -425,6 +428,9 @@ func (r *Repo) refSpec() config.RefSpec {
 // round trip once the status branch exists; the caller holds mu. It returns
 // the tracked branch's tip.
 func (r *Repo) fetch(ctx context.Context) (plumbing.Hash, error) {
+	if tip, ok := r.fetchLocal(); ok {
+		return tip, nil
+	}
 	specs := []config.RefSpec{r.refSpec()}
 	if r.opts.statusBranch != "" {
 		specs = append(specs, r.statusRefSpec())
