@@ -12,7 +12,10 @@
 // from the object store at a commit, and changed paths come from comparing
 // tree hashes, which skips identical subtrees and never reads file contents.
 // go-git's file transport runs the git CLI's upload-pack and receive-pack,
-// so git must be installed for local remotes.
+// so git must be installed for local remotes. A push of a few files to a
+// local remote is fetched without upload-pack: its objects, left loose in
+// the remote, are read from there, each checked against its name (see
+// localfetch.go); anything else goes through the transport.
 //
 // A *git.Repository is not goroutine-safe even for reads, so every method of
 // Repo takes one mutex; the hub calls them from its loops without further
