@@ -180,8 +180,7 @@ func TestCompactionResolvesFetchedDeltas(t *testing.T) {
 	}
 	// packed in the remote, so that the fetch goes through upload-pack
 	// (the local fetch reads loose objects, whole) and brings git's deltas
-	gittest.Git(t, bareDir(url), "repack", "--quiet", "-a", "-d")
-	gittest.Git(t, bareDir(url), "prune-packed")
+	packRemote(t, url)
 	fetch(t, r)
 	packDir := filepath.Join(dir, "objects", "pack")
 	withDeltas := deltaPacks(t, packDir)

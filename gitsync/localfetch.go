@@ -71,7 +71,6 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	if dir == "" {
 		return plumbing.ZeroHash, false
 	}
-	log := r.opts.log.Debug()
 	remote := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(0)) // its refs only
 	ref, err := remote.Reference(plumbing.NewBranchReferenceName(r.src.Branch))
 	if err != nil || ref.Type() != plumbing.HashReference {
@@ -93,13 +92,19 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 		}
 	}
 	tip = ref.Hash()
-	if cur, err := r.repo.Reference(r.trackingRef(), true); err == nil && cur.Hash() == tip {
-		r.localFetches++
-		return tip, true
+	var old plumbing.Hash // the tracked tip's root tree, zero when none
+	if cur, err := r.repo.Reference(r.trackingRef(), true); err == nil {
+		if cur.Hash() == tip {
+			r.localFetches++
+			return tip, true
+		}
+		if c, err := r.repo.CommitObject(cur.Hash()); err == nil {
+			old = c.TreeHash
+		}
 	}
-	objs, err := r.looseNew(dir, tip)
+	objs, err := r.looseNew(dir, tip, old)
 	if err != nil {
-		log.Err(err).Str("commit", tip.String()).Msg("local fetch: through the transport")
+		r.opts.log.Debug().Err(err).Str("commit", tip.String()).Msg("local fetch: through the transport")
 		return plumbing.ZeroHash, false
 	}
 	if len(objs) > 0 {
@@ -108,7 +113,7 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 			return plumbing.ZeroHash, false
 		}
 		if err := n.store(r.repo.Storer); err != nil {
-			log.Err(err).Msg("local fetch: store: through the transport")
+			r.opts.log.Debug().Err(err).Msg("local fetch: store: through the transport")
 			return plumbing.ZeroHash, false
 		}
 	}
@@ -116,23 +121,17 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 		return plumbing.ZeroHash, false
 	}
 	r.localFetches++
-	log.Str("commit", tip.String()).Int("objects", len(objs)).Msg("fetched from the local remote")
+	r.opts.log.Debug().Str("commit", tip.String()).Int("objects", len(objs)).Msg("fetched from the local remote")
 	return tip, true
 }
 
 // looseNew returns the objects reachable from commit tip that the mirror
 // lacks, read from the loose objects of the remote's git directory dir;
 // errNotLoose (or another error) when one of them is not there. A tree is
-// compared with the mirror's tree at the same path in the tracked
-// branch's tip: an entry that did not change is in the mirror with all it
-// holds, and is not looked up.
-func (r *Repo) looseNew(dir string, tip plumbing.Hash) ([]plumbing.EncodedObject, error) {
-	var old plumbing.Hash // the tracked tip's root tree, zero when none
-	if cur, err := r.repo.Reference(r.trackingRef(), true); err == nil {
-		if c, err := r.repo.CommitObject(cur.Hash()); err == nil {
-			old = c.TreeHash
-		}
-	}
+// compared with the mirror's tree at the same path under old, the root
+// tree of the tracked branch's tip (zero when none): an entry that did
+// not change is in the mirror with all it holds, and is not looked up.
+func (r *Repo) looseNew(dir string, tip, old plumbing.Hash) ([]plumbing.EncodedObject, error) {
 	w := looseWalk{r: r, dir: dir, seen: map[plumbing.Hash]bool{}}
 	commits := []plumbing.Hash{tip}
 	for len(commits) > 0 {

@@ -14,6 +14,24 @@ import (
 // bareDir is the directory of the bare repository at url (file://).
 func bareDir(url string) string { return strings.TrimPrefix(url, "file://") }
 
+// packRemote packs every object of the bare repository at url, so that a
+// fetch from it goes through upload-pack.
+func packRemote(t *testing.T, url string) {
+	t.Helper()
+	gittest.Git(t, bareDir(url), "repack", "--quiet", "-a", "-d")
+	gittest.Git(t, bareDir(url), "prune-packed")
+}
+
+// mirroredPush mirrors a remote of one file, then pushes b.json to it
+// (not fetched yet); it returns the remote, the mirror and the commit.
+func mirroredPush(t *testing.T) (url string, r *Repo, pushed string) {
+	t.Helper()
+	isolateGit(t)
+	url = gittest.NewRemote(t, map[string]string{"a.json": "{}"})
+	r = open(t, url)
+	return url, r, gittest.Push(t, url, map[string]string{"b.json": `{"b":1}`}, nil, "b")
+}
+
 // fsck checks the mirror's objects and their connectivity with the git CLI.
 func fsck(t *testing.T, r *Repo) {
 	t.Helper()
@@ -96,12 +114,8 @@ func TestLocalFetchReadsTheLooseObjectsOfAPush(t *testing.T) {
 }
 
 func TestLocalFetchLeavesPackedObjectsToTheTransport(t *testing.T) {
-	isolateGit(t)
-	url := gittest.NewRemote(t, map[string]string{"a.json": "{}"})
-	r := open(t, url)
-	pushed := gittest.Push(t, url, map[string]string{"b.json": `{"b":1}`}, nil, "b")
-	gittest.Git(t, bareDir(url), "repack", "--quiet", "-a", "-d")
-	gittest.Git(t, bareDir(url), "prune-packed")
+	url, r, pushed := mirroredPush(t)
+	packRemote(t, url)
 	before := r.localFetches
 	if head := fetch(t, r); head != pushed {
 		t.Fatalf("fetch = %s, want %s", head, pushed)
@@ -116,10 +130,7 @@ func TestLocalFetchLeavesPackedObjectsToTheTransport(t *testing.T) {
 }
 
 func TestLocalFetchRefusesAnObjectThatIsNotItsName(t *testing.T) {
-	isolateGit(t)
-	url := gittest.NewRemote(t, map[string]string{"a.json": "{}"})
-	r := open(t, url)
-	pushed := gittest.Push(t, url, map[string]string{"b.json": `{"b":1}`}, nil, "b")
+	url, r, pushed := mirroredPush(t)
 	// the new blob's file now holds another object (a valid one, named
 	// otherwise): its content no longer hashes to its name
 	dir := bareDir(url)
