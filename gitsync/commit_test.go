@@ -322,6 +322,60 @@ func TestFetchRunsWhileAStatusCommitIsBuilt(t *testing.T) {
 	}
 }
 
+// A status commit large enough to be written as a pack of its own
+// (directPackMin files) writes and syncs that pack's files without the
+// mirror's lock, so a sync's fetch meanwhile does not wait for the disk;
+// the pack is then put in place and read back.
+func TestFetchRunsWhileAStatusPackIsWritten(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	dir := filepath.Join(t.TempDir(), "mirror")
+	r := openAt(t, url, dir)
+	fetch(t, r)
+	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
+	files := map[string][]byte{}
+	for i := range directPackMin {
+		files[fmt.Sprintf("status/nodes/n%05d.yaml", i)] = fmt.Appendf(nil, "n: %d\n", i)
+	}
+	staged := false
+	r.afterStage = func() {
+		tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_pack_*"))
+		staged = len(tmp) == 1
+		done := make(chan string, 1)
+		go func() {
+			head, _, err := r.Fetch(context.Background())
+			if err != nil {
+				t.Errorf("Fetch while a status pack is written: %v", err)
+			}
+			done <- head
+		}()
+		select {
+		case head := <-done:
+			if head != human {
+				t.Errorf("Fetch while a status pack is written = %s, want the human commit %s", head, human)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Fetch waited for the status pack's files")
+		}
+	}
+	commit, err := r.CommitStatus(context.Background(), files, "Status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !staged {
+		t.Fatal("the status pack's files were not written before the mirror's lock was taken")
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_*")); len(tmp) != 0 {
+		t.Fatalf("temporary pack files left: %v", tmp)
+	}
+	if data, ok, err := r.FileAt(context.Background(), commit, "status/nodes/n02047.yaml"); err != nil || !ok || string(data) != "n: 2047\n" {
+		t.Fatalf("the status read back from the mirror: %q %v %v", data, ok, err)
+	}
+	if got, want := gittest.Log(t, url), []string{"Status", "Human change", "Initial commit"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %q, want %q", got, want)
+	}
+}
+
 // A sync of the tracked branch does not wait while the remote takes a
 // status commit: at 100,000 nodes the remote indexes tens of thousands of
 // objects for one, seconds in which a push of the config went unseen.

@@ -205,6 +205,10 @@ type Repo struct {
 	// is about to build its trees and compress them, without mu (tests
 	// use it to fetch meanwhile).
 	beforeEdit func()
+	// afterStage, if set, runs when a status commit has written its pack's
+	// files and is about to take mu to put them in place (tests use it to
+	// fetch meanwhile).
+	afterStage func()
 	// compactMu is held by the compaction running (compact), which takes
 	// mu only to find its packs and to put the merged one in place.
 	compactMu sync.Mutex

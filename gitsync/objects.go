@@ -137,6 +137,16 @@ func (n *newObjects) store(s storer.EncodedObjectStorer) error {
 	return storePack(s, n.pack, n.objs)
 }
 
+// stage and install are store in two steps (stagePack, installPack): the
+// first writes the files and may run without the mirror's lock.
+func (n *newObjects) stage(s storer.EncodedObjectStorer) (*stagedPack, error) {
+	return stagePack(s, n.pack, n.objs)
+}
+
+func (n *newObjects) install(s storer.EncodedObjectStorer, staged *stagedPack) error {
+	return installPack(s, n.pack, n.objs, staged)
+}
+
 // encodedPack is a version 2 pack of whole (undeltified) objects with its
 // index: written into the mirror and sent to the remote byte for byte.
 type encodedPack struct {
@@ -340,21 +350,57 @@ const (
 // storage's (registerPack). Smaller packs, and other storages, go through
 // the storage's pack writer, or else object by object.
 func storePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.EncodedObject) error {
-	if fs, dir, ok := packDir(s); ok && (len(objs) >= directPackMin || inflatedSize(objs) >= directPackBytes) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("write pack: %w", err)
+	staged, err := stagePack(s, p, objs)
+	if err != nil {
+		return err
+	}
+	return installPack(s, p, objs, staged)
+}
+
+// stagePack is the first half of storePack, which reads nothing of s and
+// may run without the mirror's lock: a pack to be written directly has
+// its files written (and synced) under temporary names in s's pack
+// directory, which no reader looks at; nil for any other pack.
+func stagePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.EncodedObject) (*stagedPack, error) {
+	_, dir, ok := packDir(s)
+	if !ok || (len(objs) < directPackMin && inflatedSize(objs) < directPackBytes) {
+		return nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("write pack: %w", err)
+	}
+	staged, err := stagePackFiles(dir, p)
+	if err != nil {
+		return nil, fmt.Errorf("write pack: %w", err)
+	}
+	return staged, nil
+}
+
+// installPack is the second half of storePack: a staged pack is renamed
+// into place and registered, any other goes through s's pack writer, or
+// else object by object. A staged pack whose directory is not s's (the
+// mirror opened again meanwhile), or that was found in place and is gone
+// (merged by a compaction meanwhile), is removed and the objects stored
+// the other way.
+func installPack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.EncodedObject, staged *stagedPack) error {
+	if staged != nil {
+		fs, dir, ok := packDir(s)
+		if !ok || dir != staged.dir || !staged.intact() {
+			staged.discard()
+			staged = nil
+		} else {
+			if err := staged.install(); err != nil {
+				return fmt.Errorf("write pack: %w", err)
+			}
+			if err := registerPack(fs, p); err != nil {
+				return fmt.Errorf("register pack %s: %w", p.sum, err)
+			}
+			// make sure the pack is seen rather than point a ref at nothing
+			if err := fs.HasEncodedObject(p.hashes[len(p.hashes)-1]); err != nil {
+				return fmt.Errorf("pack %s written but not visible: %w", p.sum, err)
+			}
+			return nil
 		}
-		if err := writePackFiles(dir, p); err != nil {
-			return fmt.Errorf("write pack: %w", err)
-		}
-		if err := registerPack(fs, p); err != nil {
-			return fmt.Errorf("register pack %s: %w", p.sum, err)
-		}
-		// make sure the pack is seen rather than point a ref at nothing
-		if err := fs.HasEncodedObject(p.hashes[len(p.hashes)-1]); err != nil {
-			return fmt.Errorf("pack %s written but not visible: %w", p.sum, err)
-		}
-		return nil
 	}
 	if pw, ok := s.(storer.PackfileWriter); ok {
 		w, err := pw.PackfileWriter()
@@ -508,9 +554,14 @@ func (s *stagedPack) install() error {
 	return syncDir(s.dir)
 }
 
-// discard removes the staged files.
+// intact says whether a pack found in place when it was staged still is.
+func (s *stagedPack) intact() bool {
+	return s.tmpIdx != "" || regularFile(s.base+".pack") && regularFile(s.base+".idx")
+}
+
+// discard removes the staged files (none: nil).
 func (s *stagedPack) discard() {
-	if s.tmpIdx != "" {
+	if s != nil && s.tmpIdx != "" {
 		_ = os.Remove(s.tmpIdx)
 		_ = os.Remove(s.tmpPack)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -111,6 +112,26 @@ func TestEncodePackIsWhatGitReads(t *testing.T) {
 
 	t.Run("storing the same pack again keeps the files", func(t *testing.T) {
 		if err := storePack(repo.Storer, stored, objs); err != nil {
+			t.Fatal(err)
+		}
+		gittest.Git(t, bare, "fsck", "--strict", "--no-progress", "--no-dangling")
+	})
+
+	t.Run("a pack found in place when staged and gone when installed is stored anew", func(t *testing.T) {
+		staged, err := stagePack(repo.Storer, stored, objs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if staged == nil || staged.tmpIdx != "" {
+			t.Fatalf("staged %+v, want the pack found in place", staged)
+		}
+		// a compaction merged it meanwhile (its objects now in no pack)
+		for _, ext := range []string{".pack", ".idx"} {
+			if err := os.Remove(strings.TrimSuffix(packFile, ".pack") + ext); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := installPack(repo.Storer, stored, objs, staged); err != nil {
 			t.Fatal(err)
 		}
 		gittest.Git(t, bare, "fsck", "--strict", "--no-progress", "--no-dangling")
