@@ -16,9 +16,10 @@ import (
 // file notifications. The hub then relies on polling and webhooks.
 var ErrWatchUnsupported = errors.New("remote cannot be watched")
 
-// Debounce bounds of Watch: notify runs once the remote's refs have been
-// quiet for watchQuiet, and at the latest watchMaxWait after the first
-// event of a burst.
+// Debounce bounds of Watch: the first event after watchQuiet without any
+// calls notify at once; the events that follow it call notify once more,
+// once the remote's refs have been quiet for watchQuiet, and at the latest
+// watchMaxWait after the first of them.
 const (
 	watchQuiet   = 50 * time.Millisecond
 	watchMaxWait = 500 * time.Millisecond
@@ -28,9 +29,11 @@ const (
 // changed, until ctx is done (then it returns nil). It works when the source
 // URL is a local path or a file:// URL: it watches the remote's git
 // directory (HEAD and packed-refs) and its refs/ tree, adding directories
-// created later, ignoring lock files and objects. Events are debounced
-// (50 ms of quiet, at most 500 ms after the first event), and an event is
-// only a hint: the caller fetches and compares heads (Fetch reports
+// created later, ignoring lock files and objects. The first event after a
+// quiet spell notifies at once (a push moves its ref with one rename, and
+// its sync should not wait), the events of the burst that may follow are
+// debounced into one more call (50 ms of quiet, at most 500 ms after the
+// first of them), and an event is only a hint: the caller fetches and compares heads (Fetch reports
 // changed). A kernel queue overflow also calls notify.
 //
 // Watch returns an error wrapping ErrWatchUnsupported at once for remote
@@ -106,19 +109,30 @@ func topLevelRefName(name string) bool {
 	return name == "HEAD" || name == "packed-refs" || name == "refs"
 }
 
-// debouncer turns a burst of hints into one call: fire runs after quiet
-// without hints, at the latest maxWait after the first hint.
+// debouncer turns a burst of hints into at most two calls: the first
+// hint after quiet without a call fires at once, the hints that follow
+// fire once more, after quiet without hints and at the latest maxWait
+// after the first of them.
 type debouncer struct {
 	quiet, maxWait time.Duration
-	first          time.Time
-	timer          *time.Timer
-	pending        bool
+	first          time.Time // the first hint waiting to fire
+	pending        bool      // hints wait to fire
+	fired          time.Time // the last call
 }
 
-// hint records an event at now and returns how long to wait before firing.
+// hint records a hint at now and returns how long to wait before firing:
+// 0 fires at once.
 func (d *debouncer) hint(now time.Time) time.Duration {
 	if !d.pending {
+		if now.Sub(d.fired) >= d.quiet {
+			return 0
+		}
 		d.pending, d.first = true, now
 	}
 	return max(0, min(d.quiet, d.maxWait-now.Sub(d.first)))
+}
+
+// fire records a call at now: the hints before it are served.
+func (d *debouncer) fire(now time.Time) {
+	d.pending, d.fired = false, now
 }

@@ -48,8 +48,20 @@ func watchGitDir(ctx context.Context, gitDir string, notify func()) error {
 			timer.Stop()
 		}
 	}()
+	call := func() {
+		fire = nil
+		d.fire(time.Now())
+		notify()
+	}
 	hint := func() {
 		wait := d.hint(time.Now())
+		if wait == 0 {
+			if timer != nil {
+				timer.Stop()
+			}
+			call()
+			return
+		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
@@ -89,8 +101,7 @@ func watchGitDir(ctx context.Context, gitDir string, notify func()) error {
 			}
 			return fmt.Errorf("watch %s: %w", gitDir, err)
 		case <-fire:
-			fire, d.pending = nil, false
-			notify()
+			call()
 		}
 	}
 }

@@ -115,16 +115,33 @@ func TestWatchFindsTheGitDirOfAWorkTree(t *testing.T) {
 	}
 }
 
-func TestDebouncerCapsTheWait(t *testing.T) {
+// TestDebouncerFiresAtOnceThenFoldsTheBurst: a hint after a quiet spell
+// fires at once; the hints that follow it wait for quiet, at most maxWait
+// after the first of them; once they fired and quiet passed, the next hint
+// fires at once again.
+func TestDebouncerFiresAtOnceThenFoldsTheBurst(t *testing.T) {
 	d := debouncer{quiet: 50 * time.Millisecond, maxWait: 500 * time.Millisecond}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if w := d.hint(t0); w != 50*time.Millisecond {
-		t.Fatalf("first hint waits %s", w)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	if w := d.hint(at(0)); w != 0 {
+		t.Fatalf("the first hint waits %s, want none", w)
 	}
-	if w := d.hint(t0.Add(480 * time.Millisecond)); w != 20*time.Millisecond {
+	d.fire(at(0))
+	if w := d.hint(at(10)); w != 50*time.Millisecond {
+		t.Fatalf("a hint 10 ms after a call waits %s, want the quiet", w)
+	}
+	if w := d.hint(at(490)); w != 20*time.Millisecond {
 		t.Fatalf("a hint near the cap waits %s", w)
 	}
-	if w := d.hint(t0.Add(time.Second)); w != 0 {
+	if w := d.hint(at(1000)); w != 0 {
 		t.Fatalf("a hint past the cap waits %s", w)
+	}
+	d.fire(at(1000))
+	if w := d.hint(at(1030)); w != 50*time.Millisecond {
+		t.Fatalf("a hint 30 ms after the burst's call waits %s, want the quiet", w)
+	}
+	d.fire(at(1080))
+	if w := d.hint(at(1200)); w != 0 {
+		t.Fatalf("a hint after a quiet spell waits %s, want none", w)
 	}
 }
