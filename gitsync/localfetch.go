@@ -28,9 +28,12 @@ import (
 // 40-210 ms on a busy hub). A fetch that brings nothing (the hub's own
 // status push seen by the watcher, a poll) now reads two refs.
 //
-// Anything else goes through the transport as before: a remote URL that
-// is not local or whose objects are partly elsewhere (alternates), a status branch whose tip
-// differs from the mirror's, an object the remote keeps packed (a large
+// The status branch follows the remote's when that moved to a commit the
+// mirror holds: the hub's own status commit, whose push the watcher saw
+// before the hub recorded it. Anything else goes through the transport as
+// before: a remote URL that is not local or whose objects are partly
+// elsewhere (alternates), a status branch moved to a commit the mirror
+// lacks, an object the remote keeps packed (a large
 // push, a repacked repository) or that is not a commit, tree or blob, more
 // than localFetchMaxObjects objects or localFetchMaxBytes bytes, or any
 // error reading them. Nothing is written to the mirror before every
@@ -76,6 +79,7 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	if err != nil || ref.Type() != plumbing.HashReference {
 		return plumbing.ZeroHash, false // no such branch: the transport says so
 	}
+	var status plumbing.Hash // the status branch's new tip, when it moved to a commit the mirror holds
 	if r.opts.statusBranch != "" {
 		var theirs plumbing.Hash
 		sref, err := remote.Reference(plumbing.NewBranchReferenceName(r.opts.statusBranch))
@@ -87,7 +91,16 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 			return plumbing.ZeroHash, false
 		}
 		ours, err := r.statusHead()
-		if err != nil || ours != theirs {
+		switch {
+		case err != nil:
+			return plumbing.ZeroHash, false
+		case ours == theirs:
+		case !theirs.IsZero() && r.repo.Storer.HasEncodedObject(theirs) == nil:
+			// the hub's own status commit, pushed and not recorded yet
+			// (the watcher saw its ref move first): its objects were
+			// stored whole before the push, so the ref can follow
+			status = theirs
+		default:
 			return plumbing.ZeroHash, false // the status branch moved too: fetch both
 		}
 	}
@@ -95,6 +108,9 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	var old plumbing.Hash // the tracked tip's root tree, zero when none
 	if cur, err := r.repo.Reference(r.trackingRef(), true); err == nil {
 		if cur.Hash() == tip {
+			if !r.followStatus(status) {
+				return plumbing.ZeroHash, false
+			}
 			r.localFetches++
 			return tip, true
 		}
@@ -120,9 +136,21 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), tip)); err != nil {
 		return plumbing.ZeroHash, false
 	}
+	if !r.followStatus(status) {
+		return plumbing.ZeroHash, false
+	}
 	r.localFetches++
 	r.opts.log.Debug().Str("commit", tip.String()).Int("objects", len(objs)).Msg("fetched from the local remote")
 	return tip, true
+}
+
+// followStatus sets the mirror's status branch to commit (none: zero),
+// which the mirror holds; false when the ref cannot be written.
+func (r *Repo) followStatus(commit plumbing.Hash) bool {
+	if commit.IsZero() {
+		return true
+	}
+	return r.repo.Storer.SetReference(plumbing.NewHashReference(r.statusRef(), commit)) == nil
 }
 
 // looseNew returns the objects reachable from commit tip that the mirror

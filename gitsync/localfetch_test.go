@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
 // bareDir is the directory of the bare repository at url (file://).
@@ -188,6 +189,51 @@ func TestLocalFetchLeavesAMovedStatusBranchToTheTransport(t *testing.T) {
 	again := gittest.Push(t, url, map[string]string{"c.json": "{}"}, nil, "c")
 	if head := fetch(t, r); head != again || r.localFetches != before+1 {
 		t.Fatalf("fetch = %s (want %s), local fetches %d", head, again, r.localFetches-before)
+	}
+	fsck(t, r)
+}
+
+// The hub's own status push, seen by the watcher before the hub recorded
+// it, is followed locally: the mirror holds the commit (stored before the
+// push), so its status ref moves without the transport, and a push to
+// main fetched with it is local too.
+func TestLocalFetchFollowsTheHubsOwnStatusPush(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"a.json": "{}"})
+	r := open(t, url, WithStatusBranch("fleetwave/status"))
+	fetch(t, r)
+	first, err := r.CommitStatus(context.Background(), map[string][]byte{"status/s.yaml": []byte("s: 1\n")}, "Status 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := r.CommitStatus(context.Background(), map[string][]byte{"status/s.yaml": []byte("s: 2\n")}, "Status 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// as if the second push had not been recorded yet
+	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.statusRef(), plumbing.NewHash(first))); err != nil {
+		t.Fatal(err)
+	}
+	pushed := gittest.Push(t, url, map[string]string{"b.json": "{}"}, nil, "b")
+	before := r.localFetches
+	if head := fetch(t, r); head != pushed {
+		t.Fatalf("fetch = %s, want %s", head, pushed)
+	}
+	if r.localFetches != before+1 {
+		t.Fatal("the fetch after the hub's own status push went through the transport")
+	}
+	if tip, err := r.StatusTip(context.Background()); err != nil || tip != second {
+		t.Fatalf("status tip = %s, %v; want %s", tip, err, second)
+	}
+	// and with main unchanged
+	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.statusRef(), plumbing.NewHash(first))); err != nil {
+		t.Fatal(err)
+	}
+	if head := fetch(t, r); head != pushed || r.localFetches != before+2 {
+		t.Fatalf("fetch = %s (want %s), local fetches %d", head, pushed, r.localFetches-before)
+	}
+	if tip, err := r.StatusTip(context.Background()); err != nil || tip != second {
+		t.Fatalf("status tip = %s, %v; want %s", tip, err, second)
 	}
 	fsck(t, r)
 }
