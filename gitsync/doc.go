@@ -151,7 +151,8 @@
 // # Following changes
 //
 // Watch notices pushes to a local remote through fsnotify (inotify on Linux) on its git
-// directory (HEAD, packed-refs, refs/), debounced; remote URLs get
+// directory (HEAD, packed-refs, refs/): the first event after a quiet
+// spell notifies at once, the burst that may follow once more; remote URLs get
 // ErrWatchUnsupported and are polled, or woken by a webhook the API checks
 // with VerifyWebhook and WebhookBranch.
 //
