@@ -26,7 +26,7 @@ import (
 func addDevSim(root *cobra.Command, stdout io.Writer) {
 	for _, c := range root.Commands() {
 		if c.Name() == "dev" {
-			c.AddCommand(devSimulateCmd(stdout), devScaleCmd(stdout), devTokensCmd(stdout), devProbeCmd(stdout))
+			c.AddCommand(devSimulateCmd(stdout), devScaleCmd(stdout), devTokensCmd(stdout), devProbeCmd(stdout), devProbeAgentCmd(stdout))
 		}
 	}
 }
@@ -274,6 +274,41 @@ func devProbeCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&hubURL, "hub", "", "the hub's URL")
 	cmd.Flags().StringVar(&rollout, "rollout", "", "the rollout whose page is read")
 	cmd.Flags().DurationVar(&interval, "interval", 200*time.Millisecond, "pause between two rounds of reads")
+	return cmd
+}
+
+func devProbeAgentCmd(stdout io.Writer) *cobra.Command {
+	var hubURL, tokensFile, logLevel string
+	var duration, wait, reportEvery time.Duration
+	var seed int64
+	cmd := &cobra.Command{
+		Use:   "probe-agent --hub URL --tokens FILE",
+		Short: "Run the agents of a tokens file against a hub until interrupted, printing when they registered and each attempt and result as a JSON line (the scale report's probe node)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hubURL == "" || tokensFile == "" {
+				return usageError{"probe-agent needs --hub and --tokens", "fleetwave dev probe-agent --hub http://127.0.0.1:8080 --tokens tokens.txt"}
+			}
+			list, err := readTokens(tokensFile)
+			if err != nil {
+				return err
+			}
+			lvl, err := zerolog.ParseLevel(logLevel)
+			if err != nil {
+				return usageError{fmt.Sprintf("--log-level %q: %v", logLevel, err), "fleetwave dev probe-agent --log-level warn"}
+			}
+			return fleetsim.RunAgents(cmd.Context(), fleetsim.Options{HubURL: strings.TrimRight(hubURL, "/"), Nodes: list, Duration: duration,
+				Pollers: len(list), Posters: len(list), Wait: wait, ReportEvery: reportEvery, Seed: uint64(seed),
+				Logger: zerolog.New(cmd.ErrOrStderr()).Level(lvl).With().Timestamp().Logger()}, stdout)
+		},
+	}
+	cmd.Flags().StringVar(&hubURL, "hub", "", "the hub's URL")
+	cmd.Flags().StringVar(&tokensFile, "tokens", "", `file of "node token" lines`)
+	cmd.Flags().DurationVar(&duration, "duration", 500*time.Millisecond, "how long each simulated action runs")
+	cmd.Flags().DurationVar(&wait, "wait", 25*time.Second, "long-poll wait")
+	cmd.Flags().DurationVar(&reportEvery, "report-every", 30*time.Second, "send each agent's full report this often (0: only at registration and when asked)")
+	cmd.Flags().Int64Var(&seed, "seed", 1, "seed of the durations")
+	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "log level (debug, info, warn, error)")
 	return cmd
 }
 

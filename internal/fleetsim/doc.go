@@ -23,8 +23,9 @@
 // # The scale report
 //
 // Run starts a hub process (`fleetwave serve`, managed Redis) on a config
-// repository written by internal/fleetgen, a fleet of N simulated agents,
-// and measures one scenario: push -> first dispatch, validation, planning,
+// repository written by internal/fleetgen, a fleet of N-1 simulated agents
+// and the probe pushes' node's agent in a process of its own (RunAgents,
+// `fleetwave dev probe-agent`), and measures one scenario: push -> first dispatch, validation, planning,
 // a fleet-wide rollout's makespan against its ideal, status commits, the
 // hub's memory and CPU, Redis memory and API latency while the rollout
 // runs. Report renders the rows as a table, markdown and an SVG plot.

@@ -390,8 +390,18 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 
 	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{},
 		received: map[string]time.Time{}, answered: map[string]time.Time{}}
+	// the probes' node has an agent process of its own (agentproc.go)
+	if nodes[0].ID != probeNode {
+		return res, fmt.Errorf("the first node is %s, not the probes' %s", nodes[0].ID, probeNode)
+	}
+	probeAgent, err := startAgentProc(ctx, sc.Bin, dir, hub.url, nodes[0], sc.Duration, PollWait(sc.Nodes), ReportEvery(sc.Nodes), sc.Seed, tr.attempt, tr.result)
+	if err != nil {
+		return res, err
+	}
+	stopAgent := sync.OnceValue(probeAgent.stop)
+	defer stopAgent()
 	fleet, err := New(Options{
-		HubURL: hub.url, Nodes: nodes, Duration: sc.Duration, Pollers: sc.Pollers, Posters: sc.Posters, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
+		HubURL: hub.url, Nodes: nodes[1:], Duration: sc.Duration, Pollers: sc.Pollers, Posters: sc.Posters, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
 		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
 		// full reports as a real agent sends them: an attempt the hub
 		// counted lost (a late result) is settled by the next report
@@ -408,9 +418,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	defer func() { stopFleet(); <-fleetDone }()
 	start = time.Now()
 	if err := waitFor(ctx, 5*time.Minute+time.Duration(sc.Nodes)*5*time.Millisecond, func() bool {
-		return fleet.Stats().Registered == int64(sc.Nodes)
+		return fleet.Stats().Registered == int64(sc.Nodes-1) && probeAgent.ready()
 	}); err != nil {
-		return res, fmt.Errorf("registration: %d of %d agents registered: %w", fleet.Stats().Registered, sc.Nodes, err)
+		return res, fmt.Errorf("registration: %d of %d simulated agents registered, the probes' node's agent %v: %w",
+			fleet.Stats().Registered, sc.Nodes-1, probeAgent.ready(), err)
 	}
 	res.Register = time.Since(start)
 	say("%d agents registered in %v (%d pollers)", sc.Nodes, res.Register.Round(time.Millisecond), res.Pollers)
@@ -568,6 +579,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, err
 	}
 	succ := fleet.Successes()
+	probeAgent.addSuccesses(succ)
 	res.RolloutState, res.Items = rollout.Status, len(items)
 	for _, it := range items {
 		// an item settled by a report rather than its result ends then
@@ -626,6 +638,9 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, err
 	}
 	res.Fleet = fleet.Stats()
+	if err := stopAgent(); err != nil {
+		return res, err
+	}
 	res.LoadEnd = uptime()
 	say("done: status commit mean %v, hub peak RSS %d MiB, redis %d MiB", res.StatusMean.Round(time.Millisecond), res.HubRSSPeak>>20, res.RedisUsed>>20)
 	return res, nil
