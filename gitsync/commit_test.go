@@ -274,6 +274,28 @@ func TestAMirrorWithADamagedRefIsClonedAgain(t *testing.T) {
 	}
 }
 
+// fetchesMeanwhile fetches r while what holds on, and checks that the
+// fetch returns want without waiting for it (30 s at most).
+func fetchesMeanwhile(t *testing.T, r *Repo, want, what string) {
+	t.Helper()
+	fetched := make(chan string, 1)
+	go func() {
+		head, _, err := r.Fetch(context.Background())
+		if err != nil {
+			t.Errorf("Fetch during %s: %v", what, err)
+		}
+		fetched <- head
+	}()
+	select {
+	case head := <-fetched:
+		if head != want {
+			t.Errorf("Fetch during %s = %s, want %s", what, head, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("Fetch waited for %s", what)
+	}
+}
+
 // TestFetchRunsWhileAStatusCommitIsBuilt: a status commit builds its
 // trees (reading the mirror's objects one lock at a time) and compresses
 // its objects without holding the mirror's lock, so a sync's fetch in the
@@ -285,26 +307,9 @@ func TestFetchRunsWhileAStatusCommitIsBuilt(t *testing.T) {
 	r := open(t, url)
 	fetch(t, r)
 	human := gittest.Push(t, url, map[string]string{"nodes/b.json": "{}"}, nil, "Human change")
-	fetched := make(chan string, 1)
 	var once sync.Once
 	r.beforeEdit = func() {
-		once.Do(func() {
-			go func() {
-				head, _, err := r.Fetch(context.Background())
-				if err != nil {
-					t.Errorf("Fetch while a status commit is built: %v", err)
-				}
-				fetched <- head
-			}()
-			select {
-			case head := <-fetched:
-				if head != human {
-					t.Errorf("Fetch while a status commit is built = %s, want the human commit %s", head, human)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("Fetch waited for the status commit's trees and compression")
-			}
-		})
+		once.Do(func() { fetchesMeanwhile(t, r, human, "the status commit's trees and compression") })
 	}
 	if _, err := r.CommitStatus(context.Background(), map[string][]byte{"status/summary.yaml": []byte("x\n")}, "Status 1"); err != nil {
 		t.Fatal(err)
@@ -341,22 +346,7 @@ func TestFetchRunsWhileAStatusPackIsWritten(t *testing.T) {
 	r.afterStage = func() {
 		tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_pack_*"))
 		staged = len(tmp) == 1
-		done := make(chan string, 1)
-		go func() {
-			head, _, err := r.Fetch(context.Background())
-			if err != nil {
-				t.Errorf("Fetch while a status pack is written: %v", err)
-			}
-			done <- head
-		}()
-		select {
-		case head := <-done:
-			if head != human {
-				t.Errorf("Fetch while a status pack is written = %s, want the human commit %s", head, human)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Fetch waited for the status pack's files")
-		}
+		fetchesMeanwhile(t, r, human, "the status pack's files")
 	}
 	commit, err := r.CommitStatus(context.Background(), files, "Status")
 	if err != nil {
@@ -407,22 +397,7 @@ func TestFetchRunsWhileAStatusCommitIsPushed(t *testing.T) {
 		pushed <- result{c, err}
 	}()
 	<-advertised
-	fetched := make(chan string, 1)
-	go func() {
-		head, _, err := r.Fetch(context.Background())
-		if err != nil {
-			t.Errorf("Fetch during the status push: %v", err)
-		}
-		fetched <- head
-	}()
-	select {
-	case head := <-fetched:
-		if head != human {
-			t.Errorf("Fetch during the status push = %s, want the human commit %s", head, human)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("Fetch waited for the status commit's push")
-	}
+	fetchesMeanwhile(t, r, human, "the status commit's push")
 	close(release)
 	res := <-pushed
 	if res.err != nil {

@@ -112,17 +112,10 @@ func startAgentProc(ctx context.Context, bin, dir, hubURL string, node Node, dur
 	if err := os.WriteFile(tokens, []byte(node.ID+" "+node.Token+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, bin, "dev", "probe-agent", "--hub", hubURL, "--tokens", tokens,
+	cmd, out, err := startChild(ctx, "the probe's agent", bin, "dev", "probe-agent", "--hub", hubURL, "--tokens", tokens,
 		"--duration", duration.String(), "--wait", wait.String(), "--report-every", reportEvery.String(), "--seed", fmt.Sprint(seed))
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the probe's agent: %w", err)
 	}
 	p := &agentProc{cmd: cmd, done: make(chan struct{}), successes: map[string]int{}}
 	go func() {

@@ -156,16 +156,9 @@ type probeProc struct {
 
 // startProbe runs `bin dev probe` against the hub's rollout.
 func startProbe(ctx context.Context, bin, hubURL, rollout string) (*probeProc, error) {
-	cmd := exec.CommandContext(ctx, bin, "dev", "probe", "--hub", hubURL, "--rollout", rollout, "--interval", "200ms")
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, out, err := startChild(ctx, "the API probe", bin, "dev", "probe", "--hub", hubURL, "--rollout", rollout, "--interval", "200ms")
 	if err != nil {
 		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the API probe: %w", err)
 	}
 	p := &probeProc{cmd: cmd, samples: &probeSamples{}, done: make(chan struct{})}
 	go func() {
@@ -173,6 +166,24 @@ func startProbe(ctx context.Context, bin, hubURL, rollout string) (*probeProc, e
 		p.samples.read(out)
 	}()
 	return p, nil
+}
+
+// startChild starts bin with args, what naming it in errors: interrupted
+// when ctx ends, its standard error the caller's, its standard output to
+// read from out.
+func startChild(ctx context.Context, what, bin string, args ...string) (*exec.Cmd, io.Reader, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", what, err)
+	}
+	return cmd, out, nil
 }
 
 // stop ends the probe and waits for its last samples.
