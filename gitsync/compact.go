@@ -57,13 +57,11 @@ func (r *Repo) compact() (int, error) {
 
 // compactHeld is compact, compactMu held.
 func (r *Repo) compactHeld() (int, error) {
-	unlock := r.lock("compact: list packs")
-	if r.usable() != nil {
-		unlock()
-		return 0, nil
+	s, err := r.storage("compact: list packs")
+	if err != nil {
+		return 0, nil // closed
 	}
-	_, dir, ok := packDir(r.repo.Storer)
-	unlock()
+	_, dir, ok := packDir(s)
 	if !ok {
 		return 0, nil
 	}

@@ -384,23 +384,10 @@ func stagePack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.Enc
 // the other way.
 func installPack(s storer.EncodedObjectStorer, p *encodedPack, objs []plumbing.EncodedObject, staged *stagedPack) error {
 	if staged != nil {
-		fs, dir, ok := packDir(s)
-		if !ok || dir != staged.dir || !staged.intact() {
-			staged.discard()
-			staged = nil
-		} else {
-			if err := staged.install(); err != nil {
-				return fmt.Errorf("write pack: %w", err)
-			}
-			if err := registerPack(fs, p); err != nil {
-				return fmt.Errorf("register pack %s: %w", p.sum, err)
-			}
-			// make sure the pack is seen rather than point a ref at nothing
-			if err := fs.HasEncodedObject(p.hashes[len(p.hashes)-1]); err != nil {
-				return fmt.Errorf("pack %s written but not visible: %w", p.sum, err)
-			}
-			return nil
+		if fs, dir, ok := packDir(s); ok && dir == staged.dir && staged.intact() {
+			return installStaged(fs, p, staged)
 		}
+		staged.discard()
 	}
 	if pw, ok := s.(storer.PackfileWriter); ok {
 		w, err := pw.PackfileWriter()
@@ -552,6 +539,22 @@ func (s *stagedPack) install() error {
 		return err
 	}
 	return syncDir(s.dir)
+}
+
+// installStaged renames p's staged files into fs's pack directory and
+// registers its index.
+func installStaged(fs *filesystem.Storage, p *encodedPack, staged *stagedPack) error {
+	if err := staged.install(); err != nil {
+		return fmt.Errorf("write pack: %w", err)
+	}
+	if err := registerPack(fs, p); err != nil {
+		return fmt.Errorf("register pack %s: %w", p.sum, err)
+	}
+	// make sure the pack is seen rather than point a ref at nothing
+	if err := fs.HasEncodedObject(p.hashes[len(p.hashes)-1]); err != nil {
+		return fmt.Errorf("pack %s written but not visible: %w", p.sum, err)
+	}
+	return nil
 }
 
 // intact says whether a pack found in place when it was staged still is.

@@ -100,7 +100,7 @@ type agentProc struct {
 	mu         sync.Mutex
 	registered bool
 	successes  map[string]int // item -> success results the hub took
-	malformed  int
+	malformed  int            // read's own until done is closed
 }
 
 // startAgentProc runs `bin dev probe-agent` for node (its token written
@@ -132,9 +132,7 @@ func (p *agentProc) read(r io.Reader, onAttempt func(fleetwave.Attempt, time.Tim
 	for sc.Scan() {
 		var ev AgentEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || (ev.Event != "registered" && ev.Attempt == nil) {
-			p.mu.Lock()
 			p.malformed++
-			p.mu.Unlock()
 			continue
 		}
 		switch ev.Event {
@@ -155,9 +153,7 @@ func (p *agentProc) read(r io.Reader, onAttempt func(fleetwave.Attempt, time.Tim
 			}
 			onResult(*ev.Attempt, fleetwave.AttemptResult{AttemptID: ev.Attempt.ID, Class: ev.Class}, err, ev.At)
 		default:
-			p.mu.Lock()
 			p.malformed++
-			p.mu.Unlock()
 		}
 	}
 }
@@ -181,9 +177,7 @@ func (p *agentProc) addSuccesses(succ map[string]int) {
 
 // stop ends the agent process and waits for its last events.
 func (p *agentProc) stop() error {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	<-p.done
-	err := p.cmd.Wait()
+	err := stopChild(p.cmd, p.done)
 	if p.malformed > 0 {
 		return fmt.Errorf("probe's agent: %d lines malformed", p.malformed)
 	}

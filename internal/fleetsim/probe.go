@@ -186,11 +186,17 @@ func startChild(ctx context.Context, what, bin string, args ...string) (*exec.Cm
 	return cmd, out, nil
 }
 
+// stopChild interrupts cmd (started by startChild), waits until its
+// output was read to the end (done closed) and for its exit.
+func stopChild(cmd *exec.Cmd, done <-chan struct{}) error {
+	_ = cmd.Process.Signal(os.Interrupt)
+	<-done
+	return cmd.Wait()
+}
+
 // stop ends the probe and waits for its last samples.
 func (p *probeProc) stop() error {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	<-p.done
-	err := p.cmd.Wait()
+	err := stopChild(p.cmd, p.done)
 	if p.samples.malformed > 0 {
 		return fmt.Errorf("API probe: %d of %d lines malformed", p.samples.malformed, p.samples.lines)
 	}
