@@ -83,8 +83,9 @@ func fleetwaveBinary(t *testing.T) string {
 // against a real hub process (managed redis-server, a git remote): the
 // rollout completes with every item run and reported exactly once, the
 // status committed to Git shows every item completed (in two parts: a
-// rollout above 1,000 items is written in parts), and every row of the
-// report is filled.
+// rollout above 1,000 items is written in parts), every row of the
+// report is filled, and the slowest status write is read from the hub's
+// log.
 func TestScenarioAgainstRealHub(t *testing.T) {
 	bin := fleetwaveBinary(t)
 	var progress bytes.Buffer
@@ -92,7 +93,8 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	profiles := t.TempDir()
 	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: 200 * time.Millisecond, Pushes: 2, Seed: 7,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress,
-		HeapProfile: filepath.Join(profiles, "heap.pprof"), MutexProfile: filepath.Join(profiles, "mutex.pprof")})
+		HeapProfile: filepath.Join(profiles, "heap.pprof"), MutexProfile: filepath.Join(profiles, "mutex.pprof"),
+		HubLogLevel: "info"}) // every status write in the hub's log, the fast ones too
 	t.Log(progress.String())
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +128,12 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	}
 	if res.Fleet.Redelivered != 0 || res.Fleet.Refused != 0 {
 		t.Errorf("fleet stats %+v: want no redelivery and no refused result", res.Fleet)
+	}
+	// the slowest write as the hub logged it, within its histogram's
+	// bucket (whose bound is at most twice the write; the log's time also
+	// counts the acknowledgement after the commit)
+	if res.StatusSlowest <= 0 || res.StatusSlowest > 2*res.StatusMax {
+		t.Errorf("slowest status write %v from the hub's log, want one within its bucket's bound %v", res.StatusSlowest, res.StatusMax)
 	}
 	for _, row := range Rows([]Result{res}) {
 		zero := row.HasTarget && row.Target == 0 // a count that must stay 0

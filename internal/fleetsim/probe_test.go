@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -170,5 +172,43 @@ func TestScrapeStepMeans(t *testing.T) {
 	want := map[string]time.Duration{"nodes": time.Second, "push": 250 * time.Millisecond}
 	if !maps.Equal(got, want) {
 		t.Fatalf("step means %v, want %v", got, want)
+	}
+}
+
+// TestSlowestStatusIsTheHubsLoggedWrite reads a hub log: the slowest
+// status write is the largest took_ms of its "status committed" lines,
+// whatever their level; other lines (another message with a took_ms, a
+// line that is not JSON) are not counted. A log without such a line
+// gives none, and the report falls back to the histogram's bound.
+func TestSlowestStatusIsTheHubsLoggedWrite(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "hub.log")
+	lines := []string{
+		`{"level":"warn","component":"hub","took_ms":9000,"message":"push planned"}`,
+		`{"level":"warn","component":"hub","commit":"abc","took_ms":2849,"message":"status committed"}`,
+		`not json "message":"status committed" "took_ms":99999`,
+		`{"level":"info","component":"hub","commit":"def","took_ms":412,"message":"status committed"}`,
+		`{"level":"warn","component":"hub","commit":"123","took_ms":1253,"message":"status committed"}`,
+	}
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := slowestStatus(log)
+	if err != nil || !ok || got != 2849*time.Millisecond {
+		t.Fatalf("slowest status write %v (found %v, %v), want 2.849s", got, ok, err)
+	}
+	r := Result{StatusMax: 5120 * time.Millisecond, StatusSlowest: got}
+	if r.slowestStatus() != got {
+		t.Errorf("report's max %v, want the logged %v", r.slowestStatus(), got)
+	}
+
+	if err := os.WriteFile(log, []byte(lines[0]+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := slowestStatus(log); err != nil || ok || got != 0 {
+		t.Fatalf("log without a status write: %v (found %v, %v), want none", got, ok, err)
+	}
+	if r := (Result{StatusMax: 640 * time.Millisecond}); r.slowestStatus() != 640*time.Millisecond {
+		t.Errorf("report's max without a logged write %v, want the bucket bound 640ms", r.slowestStatus())
 	}
 }

@@ -216,7 +216,7 @@ func Rows(results []Result) []Row {
 		{Name: "  of a status write, mean: documents built (read, engine, rollouts, summary, nodes)", Values: statusSteps("read", "engine", "rollouts", "summary", "nodes"), Unit: unitDuration},
 		{Name: "  of a status write, mean: commit made (fetch, edit, encode, store)", Values: statusSteps("fetch", "edit", "encode", "store"), Unit: unitDuration},
 		{Name: "  of a status write, mean: commit pushed (push, record, ack)", Values: statusSteps("push", "record", "ack"), Unit: unitDuration},
-		{Name: "status commit, max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.StatusMax }), Unit: unitDuration, Target: 3, HasTarget: true,
+		{Name: "status commit, max (the hub's log; its histogram's bucket bound when none took 1 s)", Values: dur(Result.slowestStatus), Unit: unitDuration, Target: 3, HasTarget: true,
 			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},
 		{Name: "hub peak RSS", Values: col(func(r Result) float64 { return float64(r.HubRSSPeak) }), Unit: unitBytes, Target: 1 << 30, HasTarget: true},
 		{Name: "  hub goroutine stacks per poll held (after the rollout, less the idle hub's)", Values: col(func(r Result) float64 {

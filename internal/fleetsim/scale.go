@@ -123,16 +123,21 @@ type Result struct {
 	StatusMean   time.Duration // hub: build and push a status commit
 	StatusMax    time.Duration
 	StatusCount  int
-	Makespan     time.Duration // the rollout's first dispatch -> its last item completed
-	Ideal        time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
-	HubRSSPeak   int64         // bytes (VmHWM)
-	HubCPU       time.Duration // hub CPU time during the rollout
-	RolloutWall  time.Duration // the rollout's wall time for HubCPU (push -> last result)
-	Waves        Waves         // the makespan wave by wave, as the fleet saw it
-	RedisUsed    int64
-	RedisPeak    int64
-	Summary      Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
-	RolloutPage  Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
+	// StatusSlowest is the slowest status write as the hub's log gives it
+	// (its took_ms), when one took slowStatusLogged or more; 0 when none
+	// did, or in runs recorded before it was read (StatusMax, the bound
+	// of its histogram bucket, is all they have).
+	StatusSlowest time.Duration `json:",omitempty"`
+	Makespan      time.Duration // the rollout's first dispatch -> its last item completed
+	Ideal         time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
+	HubRSSPeak    int64         // bytes (VmHWM)
+	HubCPU        time.Duration // hub CPU time during the rollout
+	RolloutWall   time.Duration // the rollout's wall time for HubCPU (push -> last result)
+	Waves         Waves         // the makespan wave by wave, as the fleet saw it
+	RedisUsed     int64
+	RedisPeak     int64
+	Summary       Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
+	RolloutPage   Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
 
 	// the same reads as a client that accepts no stale answer (N is 0 in
 	// the runs from before the console accepted them)
@@ -190,6 +195,16 @@ func pushStages(ctx context.Context, hubURL, rollout string, pushed, received ti
 		}
 	}
 	return st
+}
+
+// slowestStatus is the slowest status write: as the hub logged it when
+// one took slowStatusLogged or more, else the bound of its histogram
+// bucket.
+func (r Result) slowestStatus() time.Duration {
+	if r.StatusSlowest > 0 {
+		return r.StatusSlowest
+	}
+	return r.StatusMax
 }
 
 // PushDispatchP50 is the median push -> first dispatch (0 without samples).
@@ -570,6 +585,11 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.SyncMean, res.SyncMax = syncH.Mean(), syncH.Max()
 	res.PlanMean, res.PlanMax = plan.Mean(), plan.Max()
 	res.StatusMean, res.StatusMax, res.StatusCount = status.Mean(), status.Max(), int(status.Count)
+	if slowest, ok, err := slowestStatus(hub.log); err != nil {
+		return res, fmt.Errorf("hub log: %w", err)
+	} else if ok {
+		res.StatusSlowest = slowest
+	}
 	res.StatusSteps = stepMeans(hs, "fleetwave_status_step_seconds", statusStepNames)
 	res.ReconcileSteps = stepMeans(hs, "fleetwave_reconcile_step_seconds", reconcileStepNames)
 
