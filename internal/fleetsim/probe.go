@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,32 +39,45 @@ type ProbeSample struct {
 	Error string `json:"error,omitempty"`
 	// Status is the rollout's status, for "rollout".
 	Status fleetwave.RolloutStatus `json:"status,omitempty"`
+	// At is when the read started.
+	At time.Time `json:"at"`
 }
 
 // Probe reads the summary and the rollout's page in turn, each as the
 // console does and as a plain client, interval apart, until ctx ends, and
-// writes every read to w as a JSON line. It returns nil when ctx ended,
-// or the error writing to w.
+// writes every read to w as a JSON line. Until the rollout exists, as
+// a console that is open when its push lands, it reads the summary only:
+// a read of the rollout's page answered 404 before the page was ever
+// found is no sample. It returns nil when ctx ended, or the error
+// writing to w.
 func Probe(ctx context.Context, hubURL, rollout string, interval time.Duration, w io.Writer) error {
 	c := &http.Client{Timeout: 30 * time.Second}
 	enc := json.NewEncoder(w)
+	found := false // the rollout's page answered once
 	for ctx.Err() == nil {
 		for _, console := range []bool{true, false} {
+			at := time.Now()
 			d, err := timedGet(ctx, c, hubURL+"/api/v1/summary", console, nil)
 			if ctx.Err() != nil {
 				return nil // cancelled mid-read: not a sample
 			}
-			if err := enc.Encode(sampleOf(probePath("summary", console), d, err, "")); err != nil {
+			if err := enc.Encode(sampleOf(probePath("summary", console), at, d, err, "")); err != nil {
 				return err
 			}
 			var page struct {
 				Rollout fleetwave.Rollout `json:"rollout"`
 			}
+			at = time.Now()
 			d, err = timedGet(ctx, c, hubURL+"/api/v1/rollouts/"+url.PathEscape(rollout), console, &page)
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err := enc.Encode(sampleOf(probePath("rollout", console), d, err, page.Rollout.Status)); err != nil {
+			var nf notFound
+			if !found && errors.As(err, &nf) {
+				continue // not created yet
+			}
+			found = found || err == nil
+			if err := enc.Encode(sampleOf(probePath("rollout", console), at, d, err, page.Rollout.Status)); err != nil {
 				return err
 			}
 		}
@@ -81,21 +95,31 @@ func probePath(what string, console bool) string {
 	return what + "-plain"
 }
 
-func sampleOf(path string, d time.Duration, err error, st fleetwave.RolloutStatus) ProbeSample {
-	s := ProbeSample{Path: path, Seconds: d.Seconds(), Status: st}
+func sampleOf(path string, at time.Time, d time.Duration, err error, st fleetwave.RolloutStatus) ProbeSample {
+	s := ProbeSample{Path: path, Seconds: d.Seconds(), Status: st, At: at}
 	if err != nil {
 		s.Seconds, s.Error = 0, err.Error()
 	}
 	return s
 }
 
-// probeSamples gathers the samples of a probe process.
+// probeSamples gathers the samples of a probe process. The reads counted
+// are those started at or after from, once it is set (countFrom); the
+// earlier ones keep the hub's answers warm, as an open console's do.
 type probeSamples struct {
 	mu               sync.Mutex
-	took             map[string][]time.Duration // by path
+	from             time.Time
+	samples          []ProbeSample // answered, in order
 	errs             map[string]int
 	last             fleetwave.RolloutStatus
 	malformed, lines int
+}
+
+// countFrom counts the reads started at t or later.
+func (p *probeSamples) countFrom(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.from = t
 }
 
 // probePaths are the paths of a probe's samples.
@@ -104,17 +128,19 @@ var probePaths = []string{"summary", "summary-plain", "rollout", "rollout-plain"
 func (p *probeSamples) add(s ProbeSample) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.took == nil {
-		p.took, p.errs = map[string][]time.Duration{}, map[string]int{}
+	if p.errs == nil {
+		p.errs = map[string]int{}
 	}
 	p.lines++
 	switch {
-	case !slices.Contains(probePaths, s.Path):
+	case !slices.Contains(probePaths, s.Path) || s.At.IsZero():
 		p.malformed++
 	case s.Error != "":
-		p.errs[s.Path]++
+		if !s.At.Before(p.from) {
+			p.errs[s.Path]++
+		}
 	default:
-		p.took[s.Path] = append(p.took[s.Path], time.Duration(s.Seconds*float64(time.Second)))
+		p.samples = append(p.samples, s)
 		if strings.HasPrefix(s.Path, "rollout") {
 			p.last = s.Status
 		}
@@ -144,7 +170,13 @@ func (p *probeSamples) read(r io.Reader) {
 func (p *probeSamples) latency(path string) Latency {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return latencyOf(p.took[path], p.errs[path])
+	var took []time.Duration
+	for _, s := range p.samples {
+		if s.Path == path && !s.At.Before(p.from) {
+			took = append(took, time.Duration(s.Seconds*float64(time.Second)))
+		}
+	}
+	return latencyOf(took, p.errs[path])
 }
 
 // probeProc is a running `fleetwave dev probe`.

@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"math"
 	"net/http"
@@ -22,9 +23,13 @@ import (
 
 // TestProbeWritesEveryReadAsALine runs Probe against a real HTTP server
 // whose summary fails the reads that do not accept a stale answer (the
-// console's do: Cache-Control max-stale): each read is one JSON line, a
-// failed read is counted as an error (not as a latency) of its own path,
-// and the rollout's status is the one its page said last.
+// console's do: Cache-Control max-stale), and whose rollout page is not
+// found for its first three reads (the rollout is not created yet) and
+// once more later: each read is one JSON line, except the reads of the
+// page before it was first found; a failed read is counted as an error
+// (not as a latency) of its own path, the 404 after the page was found
+// among them; the rollout's status is the one its page said last; and
+// the reads counted are those from the moment countFrom gives.
 func TestProbeWritesEveryReadAsALine(t *testing.T) {
 	var pages atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,8 +41,13 @@ func TestProbeWritesEveryReadAsALine(t *testing.T) {
 			}
 			_, _ = w.Write([]byte(`{}`))
 		case "/api/v1/rollouts/web g1":
+			n := pages.Add(1)
+			if n <= 3 || n == 6 {
+				http.NotFound(w, r)
+				return
+			}
 			status := "running"
-			if pages.Add(1) >= 4 {
+			if n >= 7 {
 				status = "completed"
 			}
 			_, _ = w.Write([]byte(`{"rollout":{"status":"` + status + `"}}`))
@@ -52,8 +62,8 @@ func TestProbeWritesEveryReadAsALine(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Probe(ctx, srv.URL, "web g1", 5*time.Millisecond, &out) }()
 	deadline := time.Now().Add(30 * time.Second)
-	// the server sees the 7th page read once the 6th is written
-	for pages.Load() < 7 {
+	// the server sees the 13th page read once the 12th is written
+	for pages.Load() < 13 {
 		if time.Now().After(deadline) {
 			t.Fatalf("probe read the page %d times in 30s", pages.Load())
 		}
@@ -78,13 +88,34 @@ func TestProbeWritesEveryReadAsALine(t *testing.T) {
 	if sum.Errors != 0 || sum.N < 3 || sumPlain.N != 0 || sumPlain.Errors < 3 {
 		t.Fatalf("summary %+v, plain %+v: want the console's reads answered, the plain ones failed", sum, sumPlain)
 	}
+	if page.Errors+pagePlain.Errors != 1 {
+		t.Fatalf("page %+v, plain %+v: want one error, the 404 after the page was found (none before)", page, pagePlain)
+	}
 	for _, l := range []Latency{page, pagePlain} {
-		if l.Errors != 0 || l.N < 3 || l.P50 <= 0 {
+		if l.N < 3 || l.P50 <= 0 {
 			t.Fatalf("page %+v: want at least 3 answered reads with a latency, as the console and plain", l)
 		}
 	}
 	if st := ps.state(); st != fleetwave.RolloutCompleted {
 		t.Fatalf("last status %q, want completed", st)
+	}
+
+	// counted from the start of the 5th line's read: the four before
+	// are not, errors included
+	var from ProbeSample
+	if err := json.Unmarshal([]byte(strings.Split(out.String(), "\n")[4]), &from); err != nil {
+		t.Fatal(err)
+	}
+	var later probeSamples
+	later.countFrom(from.At)
+	later.read(strings.NewReader(out.String()))
+	counted := 0
+	for _, p := range probePaths {
+		l := later.latency(p)
+		counted += l.N + l.Errors
+	}
+	if counted != lines-4 {
+		t.Fatalf("%d reads counted from the 5th line's, want %d of %d", counted, lines-4, lines)
 	}
 }
 

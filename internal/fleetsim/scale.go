@@ -472,6 +472,16 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err := os.MkdirAll(filepath.Join(work, "brc"), 0o755); err != nil {
 		return res, err
 	}
+	// API latency while the rollout runs, read by a process of its own
+	// that starts before the push, as a console open when it lands: its
+	// reads before the first dispatch are not counted
+	wantMain := mainBRC + "-g1" // the trigger's first generation
+	probe, err := startProbe(ctx, sc.Bin, hub.url, wantMain)
+	if err != nil {
+		return res, err
+	}
+	stopProbe := sync.OnceValue(probe.stop)
+	defer stopProbe()
 	pushed, err := push("0.0.1", "roll block-000 out to every node", true)
 	if err != nil {
 		return res, err
@@ -483,18 +493,14 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.Rollout = mainID
 	res.PushDispatch = append(res.PushDispatch, firstMain.Sub(pushed))
 	say("rollout %s: first dispatch %v after the push", mainID, firstMain.Sub(pushed).Round(time.Millisecond))
-
-	// API latency while the rollout runs, read by a process of its own
+	if mainID != wantMain {
+		return res, fmt.Errorf("rollout %s, where the API probe reads %s", mainID, wantMain)
+	}
+	probe.samples.countFrom(firstMain)
 	routes0, err := scrapeHistograms(hub.url, apiRoutes...)
 	if err != nil {
 		return res, err
 	}
-	probe, err := startProbe(ctx, sc.Bin, hub.url, mainID)
-	if err != nil {
-		return res, err
-	}
-	stopProbe := sync.OnceValue(probe.stop)
-	defer stopProbe()
 
 	// probe pushes while the rollout runs: each bumps the probe BRC
 	ideal := time.Duration((sc.Nodes+sc.MaxConcurrent-1)/sc.MaxConcurrent) * sc.Duration
@@ -839,6 +845,9 @@ func timedGet(ctx context.Context, c *http.Client, url string, console bool, out
 	if err != nil {
 		return 0, err
 	}
+	if resp.StatusCode == http.StatusNotFound {
+		return 0, notFound{url}
+	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
@@ -849,6 +858,11 @@ func timedGet(ctx context.Context, c *http.Client, url string, console bool, out
 	}
 	return d, nil
 }
+
+// notFound is timedGet's error for an answer 404.
+type notFound struct{ url string }
+
+func (e notFound) Error() string { return fmt.Sprintf("GET %s: 404 Not Found", e.url) }
 
 // waitFor checks cond every 5 ms until it holds, ctx ends or timeout passes.
 func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
