@@ -137,6 +137,11 @@ func (e *Engine) settle(ctx context.Context, node string, w *waiter, p *popped, 
 // pop takes up to max attempts of node's queue and numbers the delivery
 // (pop.lua).
 func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64) (popped, error) {
+	release, err := e.agentCall(ctx)
+	if err != nil {
+		return popped{}, err
+	}
+	defer release()
 	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered})...)
 	if err != nil {
 		return popped{}, err
@@ -165,18 +170,23 @@ func poppedOf(v []any) popped {
 // timeouts (then counting them lost). It returns their ids. It cannot
 // fail: what it cannot mark waits for its deadline, as it did before
 // agents said what they received.
-func (e *Engine) Resume(ctx context.Context, node string, delivered int64) []string {
+func (e *Engine) Resume(ctx context.Context, node string, delivered int64) (ids []string) {
 	key := e.key("dlv", node)
 	above := "(" + strconv.FormatInt(delivered, 10)
-	pipe := e.rdb.TxPipeline()
-	lost := pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: above, Max: "+inf"})
-	pipe.ZRemRangeByScore(ctx, key, above, "+inf")
-	if _, err := pipe.Exec(ctx); err != nil {
+	release, err := e.agentCall(ctx)
+	if err == nil {
+		pipe := e.rdb.TxPipeline()
+		lost := pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: above, Max: "+inf"})
+		pipe.ZRemRangeByScore(ctx, key, above, "+inf")
+		_, err = pipe.Exec(ctx)
+		release() // before NotHanded takes one of its own
+		ids = lost.Val()
+	}
+	if err != nil {
 		e.log.Warn().Err(err).Str("node", node).Int64("delivered", delivered).
 			Msg("deliveries the agent did not receive not looked up: left to their deadlines")
 		return nil
 	}
-	ids := lost.Val()
 	if len(ids) > 0 {
 		e.log.Warn().Str("node", node).Int64("delivered", delivered).Strs("attempts", ids).
 			Msg("attempts delivered that the agent never received: to be sent again")
@@ -234,6 +244,11 @@ func (e *Engine) NotHanded(ctx context.Context, node string, ids []string, writt
 	if written {
 		unsent = 0
 	}
+	release, err := e.agentCall(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	now := e.nowMS()
 	var errs []error
 	for _, id := range ids {
@@ -242,6 +257,37 @@ func (e *Engine) NotHanded(ctx context.Context, node string, ids []string, writt
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// agentCall takes a slot for a call to Redis on an agent's behalf
+// (WithAgentCalls), waiting for one while ctx lasts; release gives it
+// back. A caller holds at most one slot at a time.
+func (e *Engine) agentCall(ctx context.Context) (release func(), err error) {
+	if e.agentSlots == nil {
+		return func() {}, nil
+	}
+	select {
+	case e.agentSlots <- struct{}{}:
+		return func() { <-e.agentSlots }, nil
+	default:
+	}
+	start := time.Now()
+	defer func() {
+		e.agentWaits.Add(1)
+		e.agentWaited.Add(int64(time.Since(start)))
+	}()
+	select {
+	case e.agentSlots <- struct{}{}:
+		return func() { <-e.agentSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// AgentCallWaits returns how many calls made on agents' behalf waited
+// for a slot (WithAgentCalls), and their waits summed.
+func (e *Engine) AgentCallWaits() (int64, time.Duration) {
+	return e.agentWaits.Load(), time.Duration(e.agentWaited.Load())
 }
 
 // Complete applies an agent's result for one of its attempts:
@@ -482,7 +528,12 @@ func (e *Engine) Report(ctx context.Context, r fleetwave.Report) error {
 		args = instanceRecord.append(args, instanceArg{Block: in.Block, Generation: in.Generation,
 			ConfigHash: in.ConfigHash, State: string(in.State), Version: in.Version, JSON: string(ib)})
 	}
+	release, err := e.agentCall(ctx)
+	if err != nil {
+		return err
+	}
 	status, rest, err := e.run(ctx, "report", "", now, args...)
+	release()
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,6 +82,7 @@ type options struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	floor       func(ctx context.Context) (int64, error)
+	agentCalls  int
 }
 
 // Option configures an Engine.
@@ -119,6 +121,19 @@ func WithFenceFloor(floor func(ctx context.Context) (int64, error)) Option {
 	return func(o *options) { o.floor = floor }
 }
 
+// WithAgentCalls bounds the calls to Redis an Engine makes at once on
+// agents' behalf, one request each (a poll's look at its queue and its
+// resumption, a report, attempts not handed out), to n (default: no
+// bound). Those beyond wait in the Engine, not in rdb's connection pool:
+// when thousands of agents connect at once (a fleet registering, a hub
+// restarted), their calls took every connection of the pool for
+// seconds, and the leader's own work (waves, plans, status reads, the
+// API's reads) waited behind them, each of its calls about a second.
+// With n below the pool's size, the rest of the pool is left to that
+// work. The results' group commit and the delivery mux are not bounded:
+// each is one call for many agents.
+func WithAgentCalls(n int) Option { return func(o *options) { o.agentCalls = n } }
+
 // Engine is the Redis wave scheduler. It is safe for concurrent use.
 type Engine struct {
 	rdb     redis.UniversalClient
@@ -156,6 +171,13 @@ type Engine struct {
 
 	cq  completions // results waiting to be committed together (Complete)
 	mux mux         // Polls waiting for their queue (deliver.go)
+
+	// agentSlots holds a token per call to Redis made on an agent's
+	// behalf (WithAgentCalls); nil: no bound.
+	agentSlots chan struct{}
+	// agentWaits counts the calls that waited for a slot, agentWaited
+	// their waits (ns)
+	agentWaits, agentWaited atomic.Int64
 }
 
 //go:embed lua/*.lua
@@ -234,6 +256,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		scripts: map[string]*redis.Script{},
 		mux:     mux{handlers: make(chan struct{}, muxHandlers)},
 		wsets:   map[string]*windowSet{},
+	}
+	if o.agentCalls > 0 {
+		e.agentSlots = make(chan struct{}, o.agentCalls)
 	}
 	for _, name := range scriptNames {
 		e.scripts[name] = redis.NewScript(scriptSource(name))

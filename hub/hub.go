@@ -257,7 +257,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 		return nil, err
 	}
 	h.writeFiles = h.commitFiles
-	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(base), engine.WithFenceFloor(h.fenceFloor))
+	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(base), engine.WithFenceFloor(h.fenceFloor),
+		engine.WithAgentCalls(h.redis.agentCalls()))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
 	}

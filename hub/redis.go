@@ -28,7 +28,19 @@ import (
 
 // poolSize is the hub's Redis connection pool. Agents' long polls hold
 // none while they wait (the engine's delivery mux wakes them).
-const poolSize = 64
+const poolSize = 96
+
+// agentCalls is how many of the pool's connections the calls made on
+// agents' behalf may hold at once (engine.WithAgentCalls): two thirds,
+// the others staying free for the leader's own work and the API's
+// reads, even while thousands of agents connect at once.
+func (b *redisBackend) agentCalls() int {
+	pool := b.pool
+	if pool <= 0 {
+		pool = poolSize
+	}
+	return max(1, pool*2/3)
+}
 
 const (
 	// lockFileName is the file in the data dir a hub holds an exclusive
@@ -52,6 +64,9 @@ type redisBackend struct {
 	mode    string
 	close   func()
 	managed *managedRedis // nil unless mode is managed
+	// pool is the client's connection pool size when the configuration
+	// set it (a URL's pool_size); 0: poolSize.
+	pool int
 }
 
 // openRedis connects to Redis in one of the modes of docs/contract.md#interfaces. The
@@ -111,7 +126,7 @@ func openRedis(ctx context.Context, mode, dataDir string, log zerolog.Logger) (*
 			lock.release()
 			return nil, fmt.Errorf("redis %s: %w", redactURL(mode), err)
 		}
-		return &redisBackend{client: c, mode: "url", close: func() { _ = c.Close(); lock.release() }}, nil
+		return &redisBackend{client: c, mode: "url", close: func() { _ = c.Close(); lock.release() }, pool: opts.PoolSize}, nil
 	}
 	return nil, fmt.Errorf("redis %q: want managed, embedded, a redis:// URL, or a Sentinel or Cluster deployment", mode)
 }
