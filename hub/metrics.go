@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
@@ -106,8 +107,58 @@ func newMetrics(h *Hub) *metrics {
 		m.syncSeconds, m.syncStepSecs, m.statusStepSecs, m.reconcileSecs, m.reconcileStepSecs, m.leader, m.leaseLost, m.rejectedCommits, m.statusCommits, m.itemsCreated,
 		m.statusRolloutReads, &itemsCollector{h: h},
 		m.leaseAcquired, m.fence, m.statusSeconds, m.dispatchSeconds, m.results, m.retries, m.refused, m.unreceived,
-		&fleetCollector{h: h})
+		&fleetCollector{h: h}, &poolCollector{h: h})
 	return m
+}
+
+// poolCollector reads the hub's Redis connection pool at scrape time: a
+// pool whose calls wait for a connection holds back every Redis call of
+// the hub, the leader's included.
+type poolCollector struct{ h *Hub }
+
+var (
+	poolConnsDesc = prometheus.NewDesc("fleetwave_redis_pool_connections",
+		"The hub's pooled Redis connections by state (idle, in_use).", []string{"state"}, nil)
+	poolWaitsDesc = prometheus.NewDesc("fleetwave_redis_pool_waits_total",
+		"Redis calls of the hub that waited for a free connection of its pool.", nil, nil)
+	poolWaitDesc = prometheus.NewDesc("fleetwave_redis_pool_wait_seconds_total",
+		"Time the hub's Redis calls waited for a free connection of its pool, summed.", nil, nil)
+	poolTimeoutsDesc = prometheus.NewDesc("fleetwave_redis_pool_timeouts_total",
+		"Redis calls of the hub that gave up waiting for a connection of its pool.", nil, nil)
+	agentWaitsDesc = prometheus.NewDesc("fleetwave_redis_agent_call_waits_total",
+		"Redis calls made for agents that waited for one of their share of the pool's connections.", nil, nil)
+	agentWaitDesc = prometheus.NewDesc("fleetwave_redis_agent_call_wait_seconds_total",
+		"Time the Redis calls made for agents waited for their share of the pool, summed.", nil, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolConnsDesc
+	ch <- poolWaitsDesc
+	ch <- poolWaitDesc
+	ch <- poolTimeoutsDesc
+	ch <- agentWaitsDesc
+	ch <- agentWaitDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.h.eng != nil {
+		n, d := c.h.eng.AgentCallWaits()
+		ch <- prometheus.MustNewConstMetric(agentWaitsDesc, prometheus.CounterValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(agentWaitDesc, prometheus.CounterValue, d.Seconds())
+	}
+	if c.h.redis == nil {
+		return
+	}
+	pc, ok := c.h.redis.client.(interface{ PoolStats() *redis.PoolStats })
+	if !ok {
+		return
+	}
+	st := pc.PoolStats()
+	ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(st.IdleConns), "idle")
+	ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(st.TotalConns-min(st.IdleConns, st.TotalConns)), "in_use")
+	ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(st.WaitCount))
+	ch <- prometheus.MustNewConstMetric(poolWaitDesc, prometheus.CounterValue, time.Duration(st.WaitDurationNs).Seconds())
+	ch <- prometheus.MustNewConstMetric(poolTimeoutsDesc, prometheus.CounterValue, float64(st.Timeouts))
 }
 
 // notReceived counts n attempts that did not reach their agent, for reason.

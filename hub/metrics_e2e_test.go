@@ -202,6 +202,11 @@ func TestMetricsOfATroubledRollout(t *testing.T) {
 			t.Fatalf("%s = %v, want >= 1", name, s.sum(name))
 		}
 	}
+	// the Redis pool the hub's calls go through: connections open, and
+	// nothing waited for one of them in this small fleet
+	if s.sum("fleetwave_redis_pool_connections") < 1 || s.sum("fleetwave_redis_pool_timeouts_total") != 0 {
+		t.Fatalf("redis pool: %v connections, %v timeouts; want some and none", s.sum("fleetwave_redis_pool_connections"), s.sum("fleetwave_redis_pool_timeouts_total"))
+	}
 	// three agents report; n4 has none
 	waitMetric(t, addr, "three agents connected", is(3), "fleetwave_agents", `state="connected"`)
 	waitMetric(t, addr, "n4 stale", is(1), "fleetwave_agents", `state="stale"`)
