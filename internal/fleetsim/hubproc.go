@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -353,6 +354,42 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 			}
 			out[key] = h
 			break
+		}
+	}
+	return out, sc.Err()
+}
+
+// poolSeries are the hub's counters of waits for Redis connections
+// (docs/metrics.md): calls that waited for a pooled connection, their
+// waits summed, and calls for agents that waited for their share.
+var poolSeries = []string{"fleetwave_redis_pool_waits_total", "fleetwave_redis_pool_wait_seconds_total", "fleetwave_redis_agent_call_waits_total"}
+
+// scrapeSums reads the hub's /metrics and returns, for each of names, the
+// sum of its series (0 when it has none).
+func scrapeSums(url string, names ...string) (map[string]float64, error) {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if strings.HasPrefix(line, "#") || i < 0 {
+			continue
+		}
+		name, _, _ := strings.Cut(line[:i], "{")
+		if !slices.Contains(names, name) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[name] += v
 		}
 	}
 	return out, sc.Err()

@@ -243,3 +243,27 @@ func TestSlowestStatusIsTheHubsLoggedWrite(t *testing.T) {
 		t.Errorf("report's max without a logged write %v, want the bucket bound 640ms", r.slowestStatus())
 	}
 }
+
+// TestScrapeSumsAddsASeriesLabels serves a real Prometheus registry: a
+// counter is read as the sum of its series whatever their labels, a
+// series asked for and not served is 0, and others are left out.
+func TestScrapeSumsAddsASeriesLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	waits := prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetwave_redis_pool_waits_total"})
+	conns := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetwave_redis_pool_connections"}, []string{"state"})
+	reg.MustRegister(waits, conns)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	waits.Add(7)
+	conns.WithLabelValues("idle").Set(3)
+	conns.WithLabelValues("in_use").Set(2)
+
+	got, err := scrapeSums(srv.URL, "fleetwave_redis_pool_waits_total", "fleetwave_redis_pool_connections", "fleetwave_redis_agent_call_waits_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"fleetwave_redis_pool_waits_total": 7, "fleetwave_redis_pool_connections": 5}
+	if !maps.Equal(got, want) {
+		t.Fatalf("sums %v, want %v", got, want)
+	}
+}

@@ -34,6 +34,9 @@ type Row struct {
 	// either order (a negative duration is written as such, not as a
 	// histogram's "above its largest bound").
 	Signed bool
+	// MayBeZero: a measured 0 is a figure (a count of waits when nothing
+	// waited), not a row left unfilled.
+	MayBeZero bool
 }
 
 // Met reports whether value i meets the row's target.
@@ -158,6 +161,14 @@ func Rows(results []Result) []Row {
 			return d.Seconds()
 		})
 	}
+	pool := func(f func(Result) float64) []float64 {
+		return col(func(r Result) float64 {
+			if !r.PoolMeasured {
+				return math.NaN() // runs recorded before it was read
+			}
+			return f(r)
+		})
+	}
 	statusSteps := func(names ...string) []float64 {
 		return steps(func(r Result) map[string]time.Duration { return r.StatusSteps }, names...)
 	}
@@ -225,6 +236,14 @@ func Rows(results []Result) []Row {
 			}
 			return float64(r.PollStack)
 		}), Unit: unitBytes},
+		{Name: "hub Redis calls that waited for a pooled connection (from the push)", Values: pool(func(r Result) float64 { return float64(r.PoolWaits) }), Unit: unitCount, MayBeZero: true},
+		{Name: "  their mean wait", Values: pool(func(r Result) float64 {
+			if r.PoolWaits == 0 {
+				return 0
+			}
+			return (r.PoolWait / time.Duration(r.PoolWaits)).Seconds()
+		}), Unit: unitDuration, MayBeZero: true},
+		{Name: "  calls for agents that waited for their share of the pool (two thirds)", Values: pool(func(r Result) float64 { return float64(r.AgentCallWaits) }), Unit: unitCount, MayBeZero: true},
 		{Name: "hub CPU during the rollout (cores)", Values: col(func(r Result) float64 {
 			if r.RolloutWall <= 0 {
 				return math.NaN()

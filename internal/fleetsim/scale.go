@@ -128,16 +128,25 @@ type Result struct {
 	// did, or in runs recorded before it was read (StatusMax, the bound
 	// of its histogram bucket, is all they have).
 	StatusSlowest time.Duration `json:",omitempty"`
-	Makespan      time.Duration // the rollout's first dispatch -> its last item completed
-	Ideal         time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
-	HubRSSPeak    int64         // bytes (VmHWM)
-	HubCPU        time.Duration // hub CPU time during the rollout
-	RolloutWall   time.Duration // the rollout's wall time for HubCPU (push -> last result)
-	Waves         Waves         // the makespan wave by wave, as the fleet saw it
-	RedisUsed     int64
-	RedisPeak     int64
-	Summary       Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
-	RolloutPage   Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
+	// PoolWaits and PoolWait are the hub's Redis calls that waited for a
+	// connection of its pool from the push to the rollout's end, and
+	// their waits summed; AgentCallWaits the calls made for agents that
+	// waited for their share of the pool. PoolMeasured is false in runs
+	// recorded before they were read.
+	PoolWaits      int64         `json:",omitempty"`
+	PoolWait       time.Duration `json:",omitempty"`
+	AgentCallWaits int64         `json:",omitempty"`
+	PoolMeasured   bool          `json:",omitempty"`
+	Makespan       time.Duration // the rollout's first dispatch -> its last item completed
+	Ideal          time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
+	HubRSSPeak     int64         // bytes (VmHWM)
+	HubCPU         time.Duration // hub CPU time during the rollout
+	RolloutWall    time.Duration // the rollout's wall time for HubCPU (push -> last result)
+	Waves          Waves         // the makespan wave by wave, as the fleet saw it
+	RedisUsed      int64
+	RedisPeak      int64
+	Summary        Latency // GET /api/v1/summary while the rollout ran, as the console reads it (Cache-Control: max-stale=2)
+	RolloutPage    Latency // GET /api/v1/rollouts/{id} while the rollout ran: its first page of items, as the console reads it
 
 	// the same reads as a client that accepts no stale answer (N is 0 in
 	// the runs from before the console accepted them)
@@ -443,6 +452,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 
 	// the fleet-wide rollout and the first probe, in one push
 	cpu0, _ := readProc(hub.pid())
+	pool0, err := scrapeSums(hub.url, poolSeries...)
+	if err != nil {
+		return res, err
+	}
 	var probeMu sync.Mutex // guards res.PushDispatch, PushStages and GitPush
 	push := func(version, msg string, withMain bool) (time.Time, error) {
 		files := map[string]string{"brc/" + probeBRC + ".cue": brcProbe(version)}
@@ -591,6 +604,14 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.SyncMean, res.SyncMax = syncH.Mean(), syncH.Max()
 	res.PlanMean, res.PlanMax = plan.Mean(), plan.Max()
 	res.StatusMean, res.StatusMax, res.StatusCount = status.Mean(), status.Max(), int(status.Count)
+	pool1, err := scrapeSums(hub.url, poolSeries...)
+	if err != nil {
+		return res, err
+	}
+	res.PoolWaits = int64(pool1[poolSeries[0]] - pool0[poolSeries[0]])
+	res.PoolWait = seconds(pool1[poolSeries[1]] - pool0[poolSeries[1]])
+	res.AgentCallWaits = int64(pool1[poolSeries[2]] - pool0[poolSeries[2]])
+	res.PoolMeasured = true
 	if slowest, ok, err := slowestStatus(hub.log); err != nil {
 		return res, fmt.Errorf("hub log: %w", err)
 	} else if ok {
