@@ -250,7 +250,11 @@
 // that queue attempts publish the nodes on the ready channel, and one
 // subscriber per Engine claims the waiting Polls of those nodes and pops
 // their queues in one pipeline (deliver.go). No Redis connection is held
-// by a waiting agent.
+// by a waiting agent. The calls made for one agent's request (a Poll's
+// look at its queue, Resume, NotHanded, Report) hold at most
+// WithAgentCalls connections at once; the others wait in the Engine, so a
+// fleet connecting at once leaves the rest of the pool to the leader's
+// scripts and reads.
 //
 // # Placement
 //
