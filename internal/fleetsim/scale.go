@@ -435,7 +435,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	res.Pollers, res.Posters = fleet.Pollers(), fleet.Posters()
+	// the polls held at once: the fleet's, and the probe's agent's
+	res.Pollers, res.Posters = fleet.Pollers()+1, fleet.Posters()
 	fctx, stopFleet := context.WithCancel(ctx)
 	fleetDone := make(chan struct{})
 	go func() { _ = fleet.Run(fctx); close(fleetDone) }()
