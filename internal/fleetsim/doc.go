@@ -27,6 +27,8 @@
 // and the probe pushes' node's agent in a process of its own (RunAgents,
 // `fleetwave dev probe-agent`), and measures one scenario: push -> first dispatch, validation, planning,
 // a fleet-wide rollout's makespan against its ideal, status commits, the
-// hub's memory and CPU, Redis memory and API latency while the rollout
-// runs. Report renders the rows as a table, markdown and an SVG plot.
+// hub's memory and CPU, its waits for a Redis connection, Redis memory and
+// API latency while the rollout runs (read by a process of its own, Probe,
+// started before the push as a console open when it lands). Report
+// renders the rows as a table, markdown and an SVG plot.
 package fleetsim

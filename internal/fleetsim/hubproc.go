@@ -290,35 +290,12 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // histograms. A name is a metric's, or a metric's with its labels but le
 // as the exposition writes them (fleetwave_http_request_duration_seconds{route="GET /api/v1/summary"}).
 func scrapeHistograms(url string, names ...string) (map[string]histogram, error) {
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
 	out := map[string]histogram{}
 	for _, n := range names {
 		out[n] = histogram{Buckets: map[float64]float64{}}
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		// the value follows the last space (label values hold spaces)
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name, labels, _ := strings.Cut(line[:i], "{")
+	err := scrapeSamples(url, func(series string, v float64) {
+		name, labels, _ := strings.Cut(series, "{")
 		labels = strings.TrimSuffix(labels, "}")
 		var le string
 		var rest []string
@@ -355,8 +332,35 @@ func scrapeHistograms(url string, names ...string) (map[string]histogram, error)
 			out[key] = h
 			break
 		}
+	})
+	return out, err
+}
+
+// scrapeSamples reads the hub's /metrics and hands each sample to each:
+// its series (name and labels, as the exposition writes them) and value.
+func scrapeSamples(url string, each func(series string, v float64)) error {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return err
 	}
-	return out, sc.Err()
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		// the value follows the last space (label values hold spaces)
+		i := strings.LastIndexByte(line, ' ')
+		if strings.HasPrefix(line, "#") || i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			each(line[:i], v)
+		}
+	}
+	return sc.Err()
 }
 
 // poolSeries are the hub's counters of waits for Redis connections
@@ -367,32 +371,13 @@ var poolSeries = []string{"fleetwave_redis_pool_waits_total", "fleetwave_redis_p
 // scrapeSums reads the hub's /metrics and returns, for each of names, the
 // sum of its series (0 when it has none).
 func scrapeSums(url string, names ...string) (map[string]float64, error) {
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if strings.HasPrefix(line, "#") || i < 0 {
-			continue
-		}
-		name, _, _ := strings.Cut(line[:i], "{")
-		if !slices.Contains(names, name) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+	err := scrapeSamples(url, func(series string, v float64) {
+		if name, _, _ := strings.Cut(series, "{"); slices.Contains(names, name) {
 			out[name] += v
 		}
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }
 
 // The steps of the hub's status writes and reconciles, in order, as its
