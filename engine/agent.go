@@ -266,10 +266,11 @@ func (e *Engine) agentCall(ctx context.Context) (release func(), err error) {
 	if e.agentSlots == nil {
 		return func() {}, nil
 	}
+	release = func() { <-e.agentSlots }
 	select {
 	case e.agentSlots <- struct{}{}:
-		return func() { <-e.agentSlots }, nil
-	default:
+		return release, nil
+	default: // all taken: the wait is counted
 	}
 	start := time.Now()
 	defer func() {
@@ -278,7 +279,7 @@ func (e *Engine) agentCall(ctx context.Context) (release func(), err error) {
 	}()
 	select {
 	case e.agentSlots <- struct{}{}:
-		return func() { <-e.agentSlots }, nil
+		return release, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -533,7 +533,7 @@ func tail(path string, n int) string {
 
 // slowestStatus returns the longest status write the hub's log at path
 // records, and whether it records one. The hub logs each status commit
-// that took slowStatusLogged or more at warn, with its took_ms, so a run
+// that took 1 s or more at warn, with its took_ms, so a run
 // at the default level has every slow write in its log, while its
 // histogram knows the slowest only to within a factor of two (the bound
 // of its bucket: 5.12 s for a write of 2.6 s).
@@ -564,10 +564,6 @@ func slowestStatus(path string) (time.Duration, bool, error) {
 	}
 	return slowest, found, sc.Err()
 }
-
-// slowStatusLogged is the hub's threshold for logging a status write at
-// warn (hub.slowStatus).
-const slowStatusLogged = time.Second
 
 // uptime is the load line of `uptime` (the machine's load averages).
 func uptime() string {

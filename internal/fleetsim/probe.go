@@ -109,8 +109,7 @@ func sampleOf(path string, at time.Time, d time.Duration, err error, st fleetwav
 type probeSamples struct {
 	mu               sync.Mutex
 	from             time.Time
-	samples          []ProbeSample // answered, in order
-	errs             map[string]int
+	samples          []ProbeSample // answered or failed, in order
 	last             fleetwave.RolloutStatus
 	malformed, lines int
 }
@@ -128,22 +127,14 @@ var probePaths = []string{"summary", "summary-plain", "rollout", "rollout-plain"
 func (p *probeSamples) add(s ProbeSample) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.errs == nil {
-		p.errs = map[string]int{}
-	}
 	p.lines++
-	switch {
-	case !slices.Contains(probePaths, s.Path) || s.At.IsZero():
+	if !slices.Contains(probePaths, s.Path) || s.At.IsZero() {
 		p.malformed++
-	case s.Error != "":
-		if !s.At.Before(p.from) {
-			p.errs[s.Path]++
-		}
-	default:
-		p.samples = append(p.samples, s)
-		if strings.HasPrefix(s.Path, "rollout") {
-			p.last = s.Status
-		}
+		return
+	}
+	p.samples = append(p.samples, s)
+	if s.Error == "" && strings.HasPrefix(s.Path, "rollout") {
+		p.last = s.Status
 	}
 }
 
@@ -171,12 +162,17 @@ func (p *probeSamples) latency(path string) Latency {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var took []time.Duration
+	errs := 0
 	for _, s := range p.samples {
-		if s.Path == path && !s.At.Before(p.from) {
+		switch {
+		case s.Path != path || s.At.Before(p.from):
+		case s.Error != "":
+			errs++
+		default:
 			took = append(took, time.Duration(s.Seconds*float64(time.Second)))
 		}
 	}
-	return latencyOf(took, p.errs[path])
+	return latencyOf(took, errs)
 }
 
 // probeProc is a running `fleetwave dev probe`.

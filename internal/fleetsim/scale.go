@@ -124,7 +124,8 @@ type Result struct {
 	StatusMax    time.Duration
 	StatusCount  int
 	// StatusSlowest is the slowest status write as the hub's log gives it
-	// (its took_ms), when one took slowStatusLogged or more; 0 when none
+	// (its took_ms), when one took 1 s or more (the hub's threshold for
+	// logging it at warn); 0 when none
 	// did, or in runs recorded before it was read (StatusMax, the bound
 	// of its histogram bucket, is all they have).
 	StatusSlowest time.Duration `json:",omitempty"`
@@ -207,7 +208,7 @@ func pushStages(ctx context.Context, hubURL, rollout string, pushed, received ti
 }
 
 // slowestStatus is the slowest status write: as the hub logged it when
-// one took slowStatusLogged or more, else the bound of its histogram
+// one took 1 s or more, else the bound of its histogram
 // bucket.
 func (r Result) slowestStatus() time.Duration {
 	if r.StatusSlowest > 0 {
