@@ -11,7 +11,14 @@
 // step and complete). The scripts receive now_ms from the engine's clock and never
 // read time themselves, so a fake clock drives expiry, backoff and leases in
 // tests; expiry is decided by comparing stored timestamps (expires_at,
-// deadline, retry_after) with now_ms, never by Redis TTLs. The leader lease
+// deadline, retry_after) with now_ms, never by Redis TTLs. The engine's
+// time in Redis never goes backwards: every script but the lease's takes
+// the later of its now_ms and the last one a script used (key clock), since
+// a caller's now_ms is taken before its call waits for a connection, for
+// Redis or for a core, and calls do not reach Redis in the order of their
+// clocks (nor do those of replicas whose clocks differ): a step that took
+// its now before a rollout was created and ran after it would stamp its
+// items dispatched before the rollout existed. The leader lease
 // is a hash (owner, fence, expires_at) beside a never-expiring epoch counter:
 // Campaign bumps the epoch whenever the lease changes hands, and every
 // leader-only script (CreateRollout, Step) first checks that the caller's
@@ -102,6 +109,7 @@
 //	obsi:<node>            hash block -> observed instance (JSON)
 //	obs_changed            zset node -> change counter of its last observed change (Observe reads only those newer than its last read)
 //	ichg:<rollout>         zset item -> change counter of its last write (Rollout reads again only those newer than its last read)
+//	clock                  the latest now_ms a script used (unix ms; see above)
 //	incarnation            random value written by the first reader of a keyspace without one: a flush shows as another value
 //	obsi_at:<node>         hash block -> agent time (ms) of that observation: an older report never rolls it back
 //

@@ -193,6 +193,11 @@ var scriptNames = []string{
 // bareScripts go without lib.lua: they run for every poll that finds work.
 var bareScripts = map[string]bool{"pop": true}
 
+// leaseScripts keep their caller's now: a lease's expiry is its holder's
+// clock plus its TTL, as the hub that renews it counts. The other scripts
+// of lib.lua take the engine's time in Redis (advance_clock in lib.lua).
+var leaseScripts = map[string]bool{"campaign": true, "renew": true, "resign": true}
+
 // waveScripts are the scripts that start waves: lua/wave.lua follows
 // lua/lib.lua in them. The others go without it, since a script defines
 // its functions anew on every call.
@@ -212,6 +217,9 @@ func scriptSource(name string) string {
 	var b strings.Builder
 	b.WriteString(recordsPrelude(name))
 	for _, p := range append(parts, name) {
+		if p == name && !bareScripts[name] && !leaseScripts[name] {
+			b.WriteString("advance_clock()\n")
+		}
 		src, err := luaFS.ReadFile("lua/" + p + ".lua")
 		if err != nil {
 			panic(err) // embedded: cannot happen

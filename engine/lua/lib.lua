@@ -22,6 +22,23 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- advance_clock makes NOW the engine's time in Redis, which never goes
+-- backwards: the later of the caller's now and the latest now a script
+-- used (key clock). A caller takes its now before its call waits (for a
+-- connection, for Redis, for a core), so scripts do not run in the order
+-- of their nows: a step whose now was taken before a rollout was created
+-- could run after the creation and stamp its items dispatched before it.
+-- The scripts that record times call it first (scriptSource); the lease
+-- scripts keep their caller's clock.
+local function advance_clock()
+  local last = tonumber(redis.call('GET', P .. 'clock')) or 0
+  if last > NOW then
+    NOW = last
+  elseif NOW > last then
+    redis.call('SET', P .. 'clock', int(NOW))
+  end
+end
+
 local function hgetall(key)
   local r = redis.call('HGETALL', key)
   local t = {}
