@@ -215,6 +215,16 @@ func (c *fileChecker) labels(sel []any, labels map[string]string, limit bool) {
 	if limit && len(labels) > maxLabels {
 		c.errorf(sel, "found %d labels, expected at most %d", len(labels), maxLabels)
 	}
+	bad := false
+	for k, v := range labels {
+		if labelKeyProblem(k) != "" || labelValueProblem(v) != "" {
+			bad = true
+			break
+		}
+	}
+	if !bad {
+		return // every node has labels: no path is built for each of them
+	}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		s := append(slices.Clone(sel), k)
 		c.labelKey(s, k, true)
