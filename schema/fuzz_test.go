@@ -256,6 +256,10 @@ func FuzzNormalize(f *testing.F) {
 		if !bytes.Equal(out, out2) || fmt.Sprint(err) != fmt.Sprint(err2) {
 			t.Fatalf("Normalize is not deterministic: %q (%v) then %q (%v)", out, err, out2, err2)
 		}
+		if viaCUE, cerr := schema.NormalizeCUE(p, data); !bytes.Equal(out, viaCUE) || (err == nil) != (cerr == nil) {
+			// the plain forms are written without CUE, and as CUE would
+			t.Fatalf("Normalize %q (%v), through CUE %q (%v)", out, err, viaCUE, cerr)
+		}
 		if err != nil {
 			if strings.Contains(err.Error(), "internal error") {
 				t.Fatalf("a panic while normalizing (recovered): %v", err)

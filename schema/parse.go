@@ -325,7 +325,24 @@ func checkPlainData(p string, f *ast.File) []fleetwave.FileError {
 // the same bytes. Its hex sha256 is Object.Hash, the content that drives
 // generations. It returns an error when the file does not parse or is not
 // plain, concrete data; it does not check the schema.
+//
+// A file in the plainest form of its format (plainData: nearly every file
+// of a large tree) is the canonical JSON of its data, written without CUE:
+// the hub hashes every object file of a commit it has not seen, and at
+// 100,000 nodes CUE took 11 s of a hub's first sync for it.
+// TestNormalizeOfPlainFilesIsCUEs and FuzzNormalize hold the two to the
+// same bytes.
 func Normalize(p string, data []byte) (out []byte, err error) {
+	if m, ok := plainData(p, data); ok {
+		if out, ok := appendCanonical(nil, m); ok {
+			return out, nil
+		}
+	}
+	return normalizeCUE(p, data)
+}
+
+// normalizeCUE is Normalize through CUE's parser and evaluator.
+func normalizeCUE(p string, data []byte) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("normalize %s: internal error: %v", p, r)
