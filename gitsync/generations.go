@@ -668,18 +668,21 @@ func (r *Repo) contentHash(p string, h plumbing.Hash) (string, error) {
 	var v string
 	data, cached := r.cachedBlob(h) // within the size limit when cached
 	size := int64(len(data))
+	var obj plumbing.EncodedObject
 	if !cached {
+		// its size and content from one look-up (see fileEntry)
 		var err error
-		if size, err = r.repo.Storer.EncodedObjectSize(h); err != nil {
+		if obj, err = r.repo.Storer.EncodedObject(plumbing.BlobObject, h); err != nil {
 			return "", fmt.Errorf("blob %s of %s: %w", h, p, err)
 		}
+		size = obj.Size()
 	}
 	if size > r.opts.maxFileSize {
 		v = blobHashPrefix + h.String()
 	} else {
 		if !cached {
 			var err error
-			if data, err = readBlob(r, h); err != nil {
+			if data, err = readObject(obj, r.opts.maxFileSize); err != nil {
 				return "", fmt.Errorf("read %s: %w", p, err)
 			}
 		}

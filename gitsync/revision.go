@@ -10,8 +10,10 @@ import (
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave/internal/clock"
@@ -35,6 +37,14 @@ func OpenLocal(dir string, opts ...Option) (r *Repo, closeFn func(), err error) 
 	repo, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	if st, ok := repo.Storer.(*filesystem.Storage); ok {
+		// its objects through storage that keeps its packs open, as the
+		// mirror's does (mirrorStorage): reading a revision of 100,000
+		// files opened a pack for every one of them
+		if kept, err := git.Open(filesystem.NewStorageWithOptions(st.Filesystem(), cache.NewObjectLRUDefault(), filesystem.Options{MaxOpenDescriptors: 64}), nil); err == nil {
+			repo = kept
+		}
 	}
 	tmp, err := os.MkdirTemp("", "fleetwave-plan-")
 	if err != nil {
