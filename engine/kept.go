@@ -33,7 +33,11 @@ func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []f
 	incremental := k.at.fresh(now)
 	for {
 		list := e.key("r", id) + ":items"
-		pipe := e.rdb.Pipeline()
+		// one transaction: a script run between the marks and the
+		// rollout's record (which a plain pipeline allows) would give a
+		// rollout newer than the items its marks say to read again, a
+		// completed rollout with an item still in progress
+		pipe := e.rdb.TxPipeline()
 		marks := e.queueMarks(ctx, pipe, e.key("ichg", id), k.at, incremental)
 		rec := pipe.HGetAll(ctx, e.key("r", id))
 		var ids *redis.StringSliceCmd
