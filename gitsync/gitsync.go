@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -350,13 +351,18 @@ func (r *Repo) clone(ctx context.Context) error {
 	return nil
 }
 
-// mirrorStorage is the object storage of the bare mirror in dir. It keeps
+// mirrorStorage is the object storage of the bare mirror in dir.
+func mirrorStorage(dir string) *filesystem.Storage {
+	return packsKeptOpen(osfs.New(dir))
+}
+
+// packsKeptOpen is the object storage of the git directory fs that keeps
 // up to 64 pack files open: by default go-git opens the pack again for
 // every object it reads, and a first sync of 100,000 files spent a
-// quarter of its time in those system calls. Every use of the mirror
-// holds Repo.mu, as this cache needs.
-func mirrorStorage(dir string) *filesystem.Storage {
-	return filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(), filesystem.Options{MaxOpenDescriptors: 64})
+// quarter of its time in those system calls. Every use of it holds
+// Repo.mu, as this cache needs.
+func packsKeptOpen(fs billy.Filesystem) *filesystem.Storage {
+	return filesystem.NewStorageWithOptions(fs, cache.NewObjectLRUDefault(), filesystem.Options{MaxOpenDescriptors: 64})
 }
 
 // setRepo makes repo the mirror, closing the pack files the previous one

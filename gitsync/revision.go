@@ -10,7 +10,6 @@ import (
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
@@ -40,9 +39,9 @@ func OpenLocal(dir string, opts ...Option) (r *Repo, closeFn func(), err error) 
 	}
 	if st, ok := repo.Storer.(*filesystem.Storage); ok {
 		// its objects through storage that keeps its packs open, as the
-		// mirror's does (mirrorStorage): reading a revision of 100,000
-		// files opened a pack for every one of them
-		if kept, err := git.Open(filesystem.NewStorageWithOptions(st.Filesystem(), cache.NewObjectLRUDefault(), filesystem.Options{MaxOpenDescriptors: 64}), nil); err == nil {
+		// mirror's does: reading a revision of 100,000 files opened a
+		// pack for every one of them
+		if kept, err := git.Open(packsKeptOpen(st.Filesystem()), nil); err == nil {
 			repo = kept
 		}
 	}
