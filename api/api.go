@@ -1259,15 +1259,21 @@ func writeJSONError(w http.ResponseWriter, e *Error) {
 	writeJSON(w, status, errorBody{Error: errorFields{Code: code, Message: e.Message, Details: e.Details}})
 }
 
+// writeJSON answers v as JSON with its length: an answer flushed before
+// its handler returns (a poll's, to learn whether it left) then goes out
+// over HTTP/1.1 in one write, its header with its body, where a chunked
+// one took a second write for its last chunk.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		b, status = []byte(`{"error":{"code":"internal","message":"cannot encode answer"}}`), http.StatusInternalServerError
 	}
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
 
 // statusWriter records the status code for metrics, and closes the
