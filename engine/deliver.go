@@ -51,10 +51,6 @@ const muxRetry = 500 * time.Millisecond
 // was read.
 const popChunk = 256
 
-// popAhead bounds the chunks of one announcement being popped at once
-// (each holds a pooled connection while its pipeline runs).
-const popAhead = 4
-
 // muxHandlers bounds the announcements the mux hands out at once. Each is
 // popped by a goroutine of its own, so a small one does not wait for a
 // large one: a one-node rollout started during a wave of 5,000 was popped
@@ -108,9 +104,6 @@ type mux struct {
 	// beforePop, when a test sets it before the first Poll, is called with
 	// the nodes of each pipeline of pops before it runs
 	beforePop func(nodes []string)
-	// afterPop, likewise, is called with the size of each pipeline of pops
-	// once it returned, before its waiters get what it popped
-	afterPop func(pops int)
 }
 
 // muxShard is one shard of the waiting Polls.
@@ -335,11 +328,7 @@ func (e *Engine) unsubscribed(run int) {
 
 // handOut pops the queues of claimed waiters and hands each its share, in
 // a goroutine of its own (at most muxHandlers at once: beyond that it
-// waits for one to end), chunk by chunk, up to popAhead chunks in flight:
-// each chunk's waiters get their attempts as soon as its pipeline returns,
-// and the next chunks are already on their way to Redis. At 10,000 agents
-// a wave's second chunk was sent only once the first one's 256 answers were
-// being written, and its pops then took four times as long as the first's.
+// waits for one to end), chunk by chunk.
 func (e *Engine) handOut(ctx context.Context, ws []*waiter) {
 	if len(ws) == 0 {
 		return
@@ -347,31 +336,10 @@ func (e *Engine) handOut(ctx context.Context, ws []*waiter) {
 	e.mux.handlers <- struct{}{}
 	go func() {
 		defer func() { <-e.mux.handlers }()
-		var wg sync.WaitGroup
-		ahead := make(chan struct{}, popAhead)
 		for chunk := range slices.Chunk(ws, popChunk) {
-			e.mux.popping(chunk)
-			ahead <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-ahead }()
-				e.popFor(ctx, chunk)
-			})
+			e.popFor(ctx, chunk)
 		}
-		wg.Wait()
 	}()
-}
-
-// popping calls the test hook beforePop with the nodes of a chunk about to
-// be popped, in the order the chunks are sent.
-func (m *mux) popping(ws []*waiter) {
-	if m.beforePop == nil || len(ws) == 0 {
-		return
-	}
-	nodes := make([]string, len(ws))
-	for i, w := range ws {
-		nodes[i] = w.node
-	}
-	m.beforePop(nodes)
 }
 
 // popFor pops the queues of claimed waiters in one pipeline and hands each
@@ -380,10 +348,14 @@ func (e *Engine) popFor(ctx context.Context, ws []*waiter) {
 	if len(ws) == 0 {
 		return
 	}
-	cmds := e.popPipeline(ctx, ws)
-	if hook := e.mux.afterPop; hook != nil {
-		hook(len(ws))
+	if hook := e.mux.beforePop; hook != nil {
+		nodes := make([]string, len(ws))
+		for i, w := range ws {
+			nodes[i] = w.node
+		}
+		hook(nodes)
 	}
+	cmds := e.popPipeline(ctx, ws)
 	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }) {
 		// a Redis that lost its scripts (restarted, failed over): loaded
 		// again, and the pops that did not run run again

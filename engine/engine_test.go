@@ -1328,62 +1328,6 @@ func TestDeliveryMux(t *testing.T) {
 			t.Fatalf("a pipeline of %d pops, want at most %d", l, popChunk)
 		}
 	})
-	t.Run("a wave's chunks are popped side by side: one waiting for its answers does not hold the next", func(t *testing.T) {
-		h := newHarness(t, redistest.Start(t).Client(t), WithPrefix("ahead"))
-		const n = popChunk + 1 // two pipelines: a full one, then one pop
-		release := make(chan struct{})
-		var armed atomic.Bool
-		// once armed, the full chunk's waiters get nothing until release
-		h.e.mux.afterPop = func(pops int) {
-			if armed.Load() && pops == popChunk {
-				select {
-				case <-release:
-				case <-time.After(20 * time.Second):
-				}
-			}
-		}
-		h.create(spec("wave", n, "web", 1, n, 0))
-		type result struct {
-			node string
-			as   []fleetwave.Attempt
-			err  error
-		}
-		wave := make(chan result, n)
-		for i := range n {
-			// as above: the polls below leave their queues to the mux
-			if as, err := h.e.Poll(h.ctx, fmt.Sprintf("n%d", i+1), 5, time.Millisecond); err != nil || len(as) != 0 {
-				t.Fatalf("poll before the wave: %v (%v)", ids(as), err)
-			}
-		}
-		for i := range n {
-			go func(node string) {
-				as, err := h.e.Poll(context.Background(), node, 5, 40*time.Second)
-				wave <- result{node, as, err}
-			}(fmt.Sprintf("n%d", i+1))
-		}
-		waitMux(t, h.e, n)
-		armed.Store(true)
-		if res := h.step(); res.Dispatched != n {
-			t.Fatalf("dispatched %d of the wave, want %d", res.Dispatched, n)
-		}
-		select {
-		case r := <-wave:
-			if r.err != nil || len(r.as) != 1 || r.as[0].Node != r.node {
-				t.Fatalf("poll of %s returned %v (%v), want its attempt", r.node, ids(r.as), r.err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the wave's second chunk was not popped while its first one waited to hand out")
-		}
-		if got := len(wave); got != 0 {
-			t.Fatalf("%d more polls answered while the first chunk is held, want none", got)
-		}
-		close(release)
-		for range n - 1 {
-			if r := <-wave; r.err != nil || len(r.as) != 1 {
-				t.Fatalf("poll of %s returned %v (%v), want its attempt", r.node, ids(r.as), r.err)
-			}
-		}
-	})
 	t.Run("the subscriber ends when no poll waits and the next poll starts it again", func(t *testing.T) {
 		h := newHarness(t, redistest.Start(t).Client(t), WithPrefix("idle"))
 		h.e.mux.idle = 100 * time.Millisecond // before the first Poll starts the subscriber
