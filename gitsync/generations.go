@@ -665,27 +665,24 @@ func (r *Repo) contentHash(p string, h plumbing.Hash) (string, error) {
 	if v, ok := g.hashes[ck]; ok {
 		return v, nil
 	}
-	var v string
 	data, cached := r.cachedBlob(h) // within the size limit when cached
-	size := int64(len(data))
-	var obj plumbing.EncodedObject
+	over := false
 	if !cached {
 		// its size and content from one look-up (see fileEntry)
-		var err error
-		if obj, err = r.repo.Storer.EncodedObject(plumbing.BlobObject, h); err != nil {
+		obj, err := r.repo.Storer.EncodedObject(plumbing.BlobObject, h)
+		if err != nil {
 			return "", fmt.Errorf("blob %s of %s: %w", h, p, err)
 		}
-		size = obj.Size()
-	}
-	if size > r.opts.maxFileSize {
-		v = blobHashPrefix + h.String()
-	} else {
-		if !cached {
-			var err error
+		if over = obj.Size() > r.opts.maxFileSize; !over {
 			if data, err = readObject(obj, r.opts.maxFileSize); err != nil {
 				return "", fmt.Errorf("read %s: %w", p, err)
 			}
 		}
+	}
+	var v string
+	if over {
+		v = blobHashPrefix + h.String()
+	} else {
 		if norm, err := r.opts.norm.Normalize(p, data); err == nil {
 			data = norm
 		}

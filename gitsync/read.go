@@ -262,17 +262,14 @@ func refuse(p string, e object.TreeEntry) (fleetwave.FileError, bool) {
 	return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("unsupported file mode %s", e.Mode)}, false
 }
 
+// readBlob reads the blob h from the mirror, at most the size limit plus
+// one byte.
 func readBlob(r *Repo, h plumbing.Hash) ([]byte, error) {
-	return readBlobFrom(r.repo.Storer, h, r.opts.maxFileSize)
-}
-
-// readBlobFrom reads the blob h from s, at most limit+1 bytes.
-func readBlobFrom(s storer.EncodedObjectStorer, h plumbing.Hash, limit int64) ([]byte, error) {
-	obj, err := s.EncodedObject(plumbing.BlobObject, h)
+	obj, err := r.repo.Storer.EncodedObject(plumbing.BlobObject, h)
 	if err != nil {
 		return nil, err
 	}
-	return readObject(obj, limit)
+	return readObject(obj, r.opts.maxFileSize)
 }
 
 // readObject reads the content of obj, at most limit+1 bytes.
