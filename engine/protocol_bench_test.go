@@ -3,6 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,24 +76,23 @@ func BenchmarkCreateRollout(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
 	ctx := context.Background()
 	spec := benchSpec("bench", 10000, 1000, 100)
-	var cpu float64
+	var cost redisCost
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e, fence := benchEngine(b, rdb, fmt.Sprintf("c%d", i))
-		cpu0 := redisCPU(b, rdb)
-		b.StartTimer()
-		_, items, err := e.CreateRollout(ctx, fence, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		cpu += redisCPU(b, rdb) - cpu0
+		var items []string
+		timed(b, rdb, &cost, func() {
+			var err error
+			if _, items, err = e.CreateRollout(ctx, fence, spec); err != nil {
+				b.Fatal(err)
+			}
+		})
 		b.StartTimer()
 		if len(items) != 10000 {
 			b.Fatalf("%d items created, want 10000", len(items))
 		}
 	}
-	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+	cost.report(b)
 }
 
 // BenchmarkCreateRolloutAgain: the same 10,000 items sent again while they
@@ -103,34 +106,112 @@ func BenchmarkCreateRolloutAgain(b *testing.B) {
 	if _, _, err := e.CreateRollout(ctx, fence, spec); err != nil {
 		b.Fatal(err)
 	}
-	var cpu float64
+	var cost redisCost
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		cpu0 := redisCPU(b, rdb)
-		b.StartTimer()
-		_, items, err := e.CreateRollout(ctx, fence, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		cpu += redisCPU(b, rdb) - cpu0
+		var items []string
+		timed(b, rdb, &cost, func() {
+			var err error
+			if _, items, err = e.CreateRollout(ctx, fence, spec); err != nil {
+				b.Fatal(err)
+			}
+		})
 		b.StartTimer()
 		if len(items) != 0 {
 			b.Fatalf("%d items created again, want 0", len(items))
 		}
 	}
-	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+	cost.report(b)
+}
+
+// redisCost is what the timed parts of a benchmark cost the Redis server:
+// its CPU time, and the instructions it ran when it runs under
+// valgrind's callgrind (scripts/redis-instructions.sh): unlike time, that
+// count does not move with the load of the machine.
+type redisCost struct {
+	cpuMS float64
+	ir    float64
+	irOK  bool
+}
+
+// report reports the costs per op: redis-cpu-ms/op, and redis-Ir/op under
+// callgrind.
+func (c *redisCost) report(b *testing.B) {
+	b.ReportMetric(c.cpuMS/float64(b.N), "redis-cpu-ms/op")
+	if c.irOK {
+		b.ReportMetric(c.ir/float64(b.N), "redis-Ir/op")
+	}
 }
 
 // timed runs work under the benchmark's timer (stopped around it), adding
-// the Redis CPU it took to cpu.
-func timed(b *testing.B, rdb redis.UniversalClient, cpu *float64, work func()) {
+// what it cost Redis to cost. The instruction count needs
+// REDIS_CALLGRIND_OUT, the folder where callgrind writes its dumps.
+func timed(b *testing.B, rdb redis.UniversalClient, cost *redisCost, work func()) {
+	dir := os.Getenv("REDIS_CALLGRIND_OUT")
+	pid := ""
+	if dir != "" {
+		pid = redisPid(b, rdb)
+		if out, err := exec.Command("callgrind_control", "--zero", pid).CombinedOutput(); err != nil {
+			b.Fatalf("callgrind_control --zero %s: %v: %s", pid, err, out)
+		}
+	}
 	cpu0 := redisCPU(b, rdb)
 	b.StartTimer()
 	work()
 	b.StopTimer()
-	*cpu += redisCPU(b, rdb) - cpu0
+	cost.cpuMS += redisCPU(b, rdb) - cpu0
+	if dir != "" {
+		cost.ir += callgrindDump(b, dir, pid)
+		cost.irOK = true
+	}
+}
+
+// redisPid is the server's process id (INFO server).
+func redisPid(b *testing.B, rdb redis.UniversalClient) string {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "process_id:")
+	if !ok {
+		b.Fatal("INFO server lacks process_id")
+	}
+	v, _, _ := strings.Cut(rest, "\r")
+	return strings.TrimSpace(v)
+}
+
+// callgrindDump has callgrind dump the counts since its last zeroing and
+// returns the instructions they add up to (the dump's summary line).
+func callgrindDump(b *testing.B, dir, pid string) float64 {
+	b.Helper()
+	before, _ := filepath.Glob(filepath.Join(dir, "*."+pid+".*"))
+	if out, err := exec.Command("callgrind_control", "--dump", pid).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control --dump %s: %v: %s", pid, err, out)
+	}
+	after, _ := filepath.Glob(filepath.Join(dir, "*."+pid+".*"))
+	for _, f := range after {
+		if slices.Contains(before, f) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "summary: "); ok {
+				ir, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					b.Fatalf("%s: %v", f, err)
+				}
+				return ir
+			}
+		}
+		b.Fatalf("%s: no summary line", f)
+	}
+	b.Fatalf("callgrind wrote no dump in %s", dir)
+	return 0
 }
 
 // benchAgents is how many agents talk to the engine at once in the
@@ -167,7 +248,7 @@ func BenchmarkStep(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
 	ctx := context.Background()
 	spec := benchSpec("bench", 10000, 1000, 1000)
-	var cpu float64
+	var cost redisCost
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e, fence := benchEngine(b, rdb, fmt.Sprintf("s%d", i))
@@ -175,7 +256,7 @@ func BenchmarkStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		var res StepResult
-		timed(b, rdb, &cpu, func() {
+		timed(b, rdb, &cost, func() {
 			var err error
 			if res, err = e.Step(ctx, fence); err != nil {
 				b.Fatal(err)
@@ -186,7 +267,7 @@ func BenchmarkStep(b *testing.B) {
 			b.Fatalf("%d dispatched, want 1000", res.Dispatched)
 		}
 	}
-	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+	cost.report(b)
 }
 
 // BenchmarkComplete: the 1,000 results of a wave, sent by 16 agents at
@@ -197,7 +278,7 @@ func BenchmarkComplete(b *testing.B) {
 	ctx := context.Background()
 	const nodes = 1000
 	spec := benchSpec("bench", 2*nodes, nodes, nodes)
-	var cpu float64
+	var cost redisCost
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e := waveStarted(b, rdb, fmt.Sprintf("k%d", i), spec)
@@ -212,7 +293,7 @@ func BenchmarkComplete(b *testing.B) {
 			results[n%benchAgents] = append(results[n%benchAgents], resultOf(as[0], fleetwave.ResultSuccess))
 			owners[n%benchAgents] = append(owners[n%benchAgents], node)
 		}
-		timed(b, rdb, &cpu, func() {
+		timed(b, rdb, &cost, func() {
 			byAgents(func(w int) {
 				for j, res := range results[w] {
 					if err := e.Complete(ctx, owners[w][j], res); err != nil {
@@ -224,7 +305,7 @@ func BenchmarkComplete(b *testing.B) {
 		})
 		b.StartTimer()
 	}
-	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+	cost.report(b)
 }
 
 // BenchmarkPoll: the 1,000 polls that take a wave's attempts, one per
@@ -234,11 +315,11 @@ func BenchmarkPoll(b *testing.B) {
 	ctx := context.Background()
 	const nodes = 1000
 	spec := benchSpec("bench", nodes, nodes, nodes)
-	var cpu float64
+	var cost redisCost
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e := waveStarted(b, rdb, fmt.Sprintf("p%d", i), spec)
-		timed(b, rdb, &cpu, func() {
+		timed(b, rdb, &cost, func() {
 			byAgents(func(w int) {
 				for n := w; n < nodes; n += benchAgents {
 					node := fmt.Sprintf("n%d", n)
@@ -251,7 +332,7 @@ func BenchmarkPoll(b *testing.B) {
 		})
 		b.StartTimer()
 	}
-	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+	cost.report(b)
 }
 
 // counted is the number of items counted in m.
@@ -323,7 +404,7 @@ func BenchmarkGauges(b *testing.B) {
 	if n := g.Items[StatusReason{"in_progress", ""}]; n != wave || counted(g.Items) != nodes {
 		b.Fatalf("items counted: %v, want %d, %d of them in progress", g.Items, nodes, wave)
 	}
-	var cpu float64
+	var cost redisCost
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -331,13 +412,13 @@ func BenchmarkGauges(b *testing.B) {
 			report((i*100 + n) % nodes)
 		}
 		next()
-		timed(b, rdb, &cpu, func() {
+		timed(b, rdb, &cost, func() {
 			if _, err := e.Gauges(ctx); err != nil {
 				b.Fatal(err)
 			}
 		})
 	}
-	b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+	cost.report(b)
 }
 
 // BenchmarkPollRegistry: Polls of distinct nodes registering and leaving

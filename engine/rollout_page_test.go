@@ -175,17 +175,17 @@ func BenchmarkRolloutPage(b *testing.B) {
 		}
 	})
 	b.Run(fmt.Sprintf("whole_%d_anew", n), func(b *testing.B) {
-		var cpu float64
+		var cost redisCost
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			fresh := New(rdb, WithClock(clock.NewFake(t0)), WithPrefix("bench"))
-			timed(b, rdb, &cpu, func() {
+			timed(b, rdb, &cost, func() {
 				if _, items, err := fresh.Rollout(ctx, id); err != nil || len(items) != n || items[n-1].Node == "" {
 					b.Fatalf("%d items, %v", len(items), err)
 				}
 			})
 			b.StartTimer()
 		}
-		b.ReportMetric(cpu/float64(b.N), "redis-cpu-ms/op")
+		cost.report(b)
 	})
 }
