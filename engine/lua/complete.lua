@@ -58,7 +58,7 @@ local function result(b)
     -- the attempt stays open: its deadline makes it ambiguous, unless a
     -- full report shows the target in effect first
     hset_i(it.id, 'a_state', 'disagree', 'a_exit', ARGV[b + RF.exit_code],
-      'reason', 'report_mismatch', 'last_class', 'success', 'updated_at', int(NOW))
+      'reason', 'report_mismatch', 'last_class', 'success', 'updated_at', now_s())
     redis.call('SADD', P .. 'amb:' .. node, it.id)
     if inst ~= '' then
       redis.call('HSET', P .. 'obsi:' .. node, it.block, inst)

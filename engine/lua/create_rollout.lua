@@ -57,7 +57,7 @@ if H.supersede and obj ~= '' then
     local st = redis.call('HGET', rk, 'status')
     if st == 'active' or st == 'paused' or st == 'blocked' then
       -- the status first: finish() then completes nothing
-      redis.call('HSET', rk, 'status', 'superseded', 'reason', 'superseded', 'updated_at', int(NOW))
+      redis.call('HSET', rk, 'status', 'superseded', 'reason', 'superseded', 'updated_at', now_s())
       redis.call('ZREM', P .. 'active', old)
       for _, lane in ipairs(lanes_of(old)) do
         for _, id in ipairs(redis.call('ZRANGE', k_lp(old, lane), 0, -1)) do
@@ -135,7 +135,7 @@ local function open_rollout()
     'budget', budget, 'budget_cap', int(H.budget_cap or 0), 'once', once and '1' or '0',
     'hold', H.hold or '', 'isr', '1',
     'c_total', '0', 'c_done', '0', 'c_in_progress', '0', 'c_pending', '0', 'c_failed', '0', 'c_skipped', '0',
-    'created_at', int(NOW), 'updated_at', int(NOW))
+    'created_at', now_s(), 'updated_at', now_s())
   if (H.hold or '') ~= '' then
     redis.call('HSET', k_r(rid), 'reason', H.hold)
   end
@@ -303,7 +303,7 @@ for i = 0, n - 1 do
       'status', status, 'reason', reason, 'q', queued and '1' or '0',
       'source', H.kind or '', 'source_user', H.actor or '', 'wave', '0', 'retry_count', '0',
       'retry_after', '0', 'dispatched_at', '0', 'completed_at', int(done_at), 'attempts', '0',
-      'last_attempt', '', 'last_class', '', 'created_at', int(NOW), 'updated_at', int(NOW))
+      'last_attempt', '', 'last_class', '', 'created_at', now_s(), 'updated_at', now_s())
     redis.call('RPUSH', k_r(rid) .. ':items', id)
     redis.call('HSETNX', k_lanes(rid), lane, '0')
     if existing then
@@ -316,7 +316,7 @@ for i = 0, n - 1 do
     if status == 'pending' and existing and existing.status == 'completed' then
       -- a late node joins a finished event: its rollout is active again
       existing.status = 'active'
-      redis.call('HSET', k_r(rid), 'status', 'active', 'reason', '', 'updated_at', int(NOW))
+      redis.call('HSET', k_r(rid), 'status', 'active', 'reason', '', 'updated_at', now_s())
       redis.call('ZADD', P .. 'active', num(redis.call('HGET', k_r(rid), 'seq')), rid)
       -- and counts against its budget again: a wave of another rollout
       -- of the budget may have dropped it from the set while it was idle
@@ -336,7 +336,7 @@ for i = 0, n - 1 do
       hset_i(id, 'message', blocked)
       if op ~= '1' then -- an operational item leaves the record alone
         redis.call('HSET', ik, 'last_item', id, 'last_status', 'blocked',
-          'last_gen', sgen, 'last_hash', hash, 'last_at', int(NOW), 'last_ver', int(version_after()))
+          'last_gen', sgen, 'last_hash', hash, 'last_at', now_s(), 'last_ver', version_after_s())
         redis.call('HDEL', ik, 'skip_reason', 'skip_gen', 'skip_hash')
       end
     else

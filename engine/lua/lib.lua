@@ -22,6 +22,16 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- now_s is int(NOW), formatted once per script (and again only when
+-- advance_clock moves NOW): a result's script writes the time four times.
+local NOW_S = nil
+local function now_s()
+  if not NOW_S then
+    NOW_S = int(NOW)
+  end
+  return NOW_S
+end
+
 -- advance_clock makes NOW the engine's time in Redis, which never goes
 -- backwards: the later of the caller's now and the latest now a script
 -- used (key clock). A caller takes its now before its call waits (for a
@@ -33,9 +43,9 @@ end
 local function advance_clock()
   local last = tonumber(redis.call('GET', P .. 'clock')) or 0
   if last > NOW then
-    NOW = last
+    NOW, NOW_S = last, nil
   elseif NOW > last then
-    redis.call('SET', P .. 'clock', int(NOW))
+    redis.call('SET', P .. 'clock', now_s())
   end
 end
 
@@ -209,7 +219,7 @@ local function flush()
       end
     end
     local v = redis.call('HMGET', rk, unpack(f))
-    local set = { 'updated_at', int(NOW) }
+    local set = { 'updated_at', now_s() }
     for i = 2, #f do
       local n = d[string.sub(f[i], 3)] or 0
       if n ~= 0 then
@@ -257,7 +267,7 @@ end
 -- once, across restarts. The stream id orders them; 'at' is the engine
 -- clock.
 local function outbox(...)
-  redis.call('XADD', P .. 'outbox', '*', 'at', int(NOW), ...)
+  redis.call('XADD', P .. 'outbox', '*', 'at', now_s(), ...)
 end
 
 local function outbox_rollout(rid, status, reason)
@@ -274,12 +284,21 @@ end
 -- once, at its end): an instance records it with its last outcome, so a
 -- plan made on observations read before that outcome (ObservedVersion
 -- below it) is recognised as stale whatever the clocks say.
-local VERSION_AFTER = nil
+local VERSION_AFTER, VERSION_AFTER_S = nil, nil
 local function version_after()
   if not VERSION_AFTER then
     VERSION_AFTER = num(redis.call('GET', KEYS[3])) + 1
+    VERSION_AFTER_S = int(VERSION_AFTER)
   end
   return VERSION_AFTER
+end
+
+-- version_after_s is int(version_after()), formatted once per script.
+local function version_after_s()
+  if not VERSION_AFTER_S then
+    version_after()
+  end
+  return VERSION_AFTER_S
 end
 
 -- observed marks node's observation changed (a report, or an instance a
@@ -287,7 +306,7 @@ end
 -- again only the nodes marked since the counter it last read.
 local function observed(node)
   redis.call('SADD', P .. 'obs_nodes', node)
-  redis.call('ZADD', P .. 'obs_changed', version_after(), node)
+  redis.call('ZADD', P .. 'obs_changed', version_after_s(), node)
 end
 
 -- hset_i writes fields of item id and marks it changed at the change
@@ -296,6 +315,10 @@ end
 -- Every write of an item goes through it, so it also keeps the rollout's
 -- items counted by status and reason (hash isr:<rollout>, field
 -- "<status>\n<reason>"): the gauges read that instead of every item.
+-- SRS and SRR hold the status and reason of the items this script read
+-- (load_item with both fields) or wrote (hset_i), false when absent, so
+-- that hset_i need not read them again.
+local SRS, SRR = {}, {}
 local function hset_i(id, ...)
   local rid = item_of(id) -- "<rollout>.<position>" splits as an attempt id does
   if rid then
@@ -310,9 +333,15 @@ local function hset_i(id, ...)
       end
     end
     if st or rs then
-      local old = redis.call('HMGET', k_i(id), 'status', 'reason')
-      local was = old[1] and (old[1] .. '\n' .. (old[2] or ''))
-      local now = (st or old[1] or '') .. '\n' .. (rs or old[2] or '')
+      local ost, ors = SRS[id], SRR[id]
+      if ost == nil then
+        local old = redis.call('HMGET', k_i(id), 'status', 'reason')
+        ost, ors = old[1], old[2]
+      end
+      ost, ors = ost or nil, ors or nil -- false: known absent
+      SRS[id], SRR[id] = st or ost or false, rs or ors or false
+      local was = ost and (ost .. '\n' .. (ors or ''))
+      local now = (st or ost or '') .. '\n' .. (rs or ors or '')
       if was ~= now then
         local d = ISR[rid]
         if not d then
@@ -325,7 +354,7 @@ local function hset_i(id, ...)
         d[now] = (d[now] or 0) + 1
       end
     end
-    gather_add(ICHG, rid, int(version_after()), id)
+    gather_add(ICHG, rid, version_after_s(), id)
   end
   redis.call('HSET', k_i(id), ...)
 end
@@ -347,7 +376,7 @@ local ITEM_F = { 'rollout', 'pos', 'node', 'block', 'action', 'generation', 'tar
 -- what a result needs (complete.lua: the attempt check, finish, transient,
 -- set_status)
 local COMPLETE_F = { 'rollout', 'node', 'block', 'generation', 'config_hash', 'desired_state',
-  'managed_by', 'status', 'retry_count', 'attempts', 'last_attempt', 'op', 'a_fence', 'a_state',
+  'managed_by', 'status', 'reason', 'retry_count', 'attempts', 'last_attempt', 'op', 'a_fence', 'a_state',
   'target_version', 'one_shot' }
 -- what a wave scan needs of an item it may dispatch (a placement reject
 -- loads the rest)
@@ -355,6 +384,9 @@ local ITEM_RUN_F = { 'rollout', 'node', 'block', 'managed_by', 'status', 'reason
   'timeout_ms', 'wset', 'grp', 'req', 'q' }
 -- what a wave scan needs of an item it will not dispatch
 local ITEM_SCAN_F = { 'node', 'block', 'status', 'reason', 'retry_after', 'wset', 'grp', 'q' }
+
+-- the lists above that read both status and reason (SRS, SRR)
+local WITH_SR = { [ITEM_F] = true, [COMPLETE_F] = true, [ITEM_RUN_F] = true, [ITEM_SCAN_F] = true }
 
 -- load_item returns item id's fields (ITEM_F, or the given list) as a
 -- table; a missing item yields a table without status.
@@ -366,6 +398,9 @@ local function load_item(id, fields)
     if v[i] then
       t[f] = v[i]
     end
+  end
+  if WITH_SR[fields] then
+    SRS[id], SRR[id] = t.status or false, t.reason or false
   end
   return t
 end
@@ -380,10 +415,10 @@ local function set_status(it, new, reason, ...)
     it.status = new
   end
   if not it.more then
-    hset_i(it.id, 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ...)
+    hset_i(it.id, 'status', new, 'reason', reason or '', 'updated_at', now_s(), ...)
     return
   end
-  local args = { 'status', new, 'reason', reason or '', 'updated_at', int(NOW), ... }
+  local args = { 'status', new, 'reason', reason or '', 'updated_at', now_s(), ... }
   for _, v in ipairs(it.more) do
     args[#args + 1] = v
   end
@@ -398,7 +433,7 @@ local function maybe_complete(rid)
   local rk = k_r(rid)
   local r = RSTAT[rid] or redis.call('HMGET', rk, 'status', 'c_pending', 'c_in_progress')
   if r[1] == 'active' and num(r[2]) == 0 and num(r[3]) == 0 then
-    redis.call('HSET', rk, 'status', 'completed', 'reason', '', 'updated_at', int(NOW))
+    redis.call('HSET', rk, 'status', 'completed', 'reason', '', 'updated_at', now_s())
     redis.call('ZREM', P .. 'active', rid)
     outbox_rollout(rid, 'completed', '')
     return 1
@@ -436,7 +471,7 @@ local DEFER = nil
 -- The payload (rendered config) goes with it: no attempt needs it any more.
 local function finish(it, status, reason, ...)
   leave(it)
-  set_status(it, status, reason, 'completed_at', int(NOW), 'retry_after', '0', ...)
+  set_status(it, status, reason, 'completed_at', now_s(), 'retry_after', '0', ...)
   outbox_item(it, status, reason)
   redis.call('DEL', P .. 'ip:' .. it.id)
   local ik = k_inst(it.node, it.block)
@@ -452,8 +487,8 @@ local function finish(it, status, reason, ...)
     -- alone: the last converging item's outcome still decides what the
     -- reconciler may re-create
     redis.call('HSET', ik, 'last_item', it.id, 'last_status', status,
-      'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', int(NOW),
-      'last_ver', int(version_after()))
+      'last_gen', it.generation, 'last_hash', it.config_hash or '', 'last_at', now_s(),
+      'last_ver', version_after_s())
   end
   if DEFER then
     DEFER[it.rollout] = true

@@ -10,26 +10,28 @@
 -- deliver.go). Runs without lib.lua: it runs for every poll that finds
 -- work. Returns {'ok', first number, entries...}, or {'ok', 0} when the
 -- queue is empty.
+-- Numbers go to Redis as strings: a Lua number is formatted as a float
+-- (%.14g), which costs more than the rest of a command's arguments.
 local P = ARGV[1]
-local node, max, delivered = ARGV[PO.node], tonumber(ARGV[PO.max]), tonumber(ARGV[PO.delivered])
+local node, delivered = ARGV[PO.node], tonumber(ARGV[PO.delivered])
 local dlv = P .. 'dlv:' .. node
 if delivered > 0 then
-  redis.call('ZREMRANGEBYSCORE', dlv, '-inf', delivered)
+  redis.call('ZREMRANGEBYSCORE', dlv, '-inf', ARGV[PO.delivered])
 end
-local raw = redis.call('LPOP', P .. 'q:' .. node, max)
+local raw = redis.call('LPOP', P .. 'q:' .. node, ARGV[PO.max])
 if not raw then
   return { 'ok', 0 }
 end
-local first = redis.call('INCRBY', P .. 'dseq:' .. node, #raw) - #raw + 1
+local first = redis.call('INCRBY', P .. 'dseq:' .. node, string.format('%d', #raw)) - #raw + 1
 if first <= delivered then
   first = delivered + 1
   redis.call('SET', P .. 'dseq:' .. node, string.format('%d', first + #raw - 1))
 end
 for i, v in ipairs(raw) do
-  redis.call('ZADD', dlv, first + i - 1, string.match(v, '^[^\n]*'))
+  redis.call('ZADD', dlv, string.format('%d', first + i - 1), string.match(v, '^[^\n]*'))
 end
 -- an agent that never says what it received (an older one) leaves the
 -- newest deliveries only, and a node gone leaves nothing for long
-redis.call('ZREMRANGEBYRANK', dlv, 0, -65)
-redis.call('EXPIRE', dlv, 604800)
+redis.call('ZREMRANGEBYRANK', dlv, '0', '-65')
+redis.call('EXPIRE', dlv, '604800')
 return { 'ok', first, unpack(raw) }

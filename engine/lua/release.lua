@@ -15,7 +15,7 @@ end
 if v[2] ~= hold or hold == '' then
   return { 'ok', 0 }
 end
-redis.call('HSET', rk, 'hold', '', 'updated_at', int(NOW))
+redis.call('HSET', rk, 'hold', '', 'updated_at', now_s())
 if v[3] == hold then
   redis.call('HSET', rk, 'reason', '')
 end

@@ -66,11 +66,11 @@ else
     end
   end
 end
-redis.call('HSET', rk, 'updated_at', int(NOW), 'state_action', action,
-  'state_actor', actor, 'state_at', int(NOW))
+redis.call('HSET', rk, 'updated_at', now_s(), 'state_action', action,
+  'state_actor', actor, 'state_at', now_s())
 outbox_rollout(rid, to, action)
 redis.call('RPUSH', rk .. ':history',
-  cjson.encode({ action = action, actor = actor, at = int(NOW), from = from, to = to }))
+  cjson.encode({ action = action, actor = actor, at = now_s(), from = from, to = to }))
 if action == 'resume' then
   maybe_complete(rid)
 end

@@ -42,7 +42,7 @@ end
 local expired, completed = 0, 0
 
 -- 1. attempts past their deadline
-local due = redis.call('ZRANGEBYSCORE', P .. 'deadlines', '-inf', int(NOW), 'LIMIT', 0, LIMIT)
+local due = redis.call('ZRANGEBYSCORE', P .. 'deadlines', '-inf', now_s(), 'LIMIT', 0, LIMIT)
 for _, aid in ipairs(due) do
   local it = load_item(item_of(aid) or '')
   expired = expired + 1
@@ -57,13 +57,13 @@ for _, aid in ipairs(due) do
     elseif it.a_state == 'disagree' then
       -- a success whose report never showed the target: wait for a report
       close_attempt(it, aid, 'disagree')
-      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success', 'amb_at', int(NOW))
+      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success', 'amb_at', now_s())
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id .. '\n' .. it.node)
     else
       -- delivered, no result: never replay blindly, wait for a report
       close_attempt(it, aid, 'lost')
-      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost', 'amb_at', int(NOW))
+      set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost', 'amb_at', now_s())
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id .. '\n' .. it.node)
     end
@@ -79,7 +79,7 @@ end
 -- 2. retrying items whose backoff passed get a new attempt in their wave,
 -- once one of their maintenance windows is open; a paused rollout holds
 -- them (resume puts them back), a cancelled one skips them.
-local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', int(NOW), 'LIMIT', 0, LIMIT)
+local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', now_s(), 'LIMIT', 0, LIMIT)
 for _, id in ipairs(ready) do
   local it = load_item(id)
   if it.status ~= 'retrying' then

@@ -23,6 +23,6 @@ if ARGV[UD.unsent] == '1' then
   flush()
 end
 if ARGV[UD.expire] == '1' and redis.call('ZSCORE', P .. 'deadlines', aid) then
-  redis.call('ZADD', P .. 'deadlines', int(NOW), aid)
+  redis.call('ZADD', P .. 'deadlines', now_s(), aid)
 end
 return { 'ok', 1 }

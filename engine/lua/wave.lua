@@ -101,7 +101,7 @@ local function dispatch(it, wave, mode)
     it.q = '0'
   end
   set_status(it, 'in_progress', '', 'attempts', int(n), 'last_attempt', aid,
-    'dispatched_at', int(NOW), 'retry_after', '0', 'a_fence', mode.fence, 'a_state', 'queued',
+    'dispatched_at', now_s(), 'retry_after', '0', 'a_fence', mode.fence, 'a_state', 'queued',
     'wave', wave and int(wave) or it.wave or '0') -- a retry stays in its wave
   WV.dispatched = WV.dispatched + 1
 end
@@ -519,7 +519,7 @@ local function lane_apply(s, p, mode)
   local rid, lane = s.rid, s.lane
   local rk = k_r(rid)
   if p.halt then
-    redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', int(NOW))
+    redis.call('HSET', rk, 'status', 'blocked', 'reason', 'failure_threshold', 'updated_at', now_s())
     redis.call('ZREM', P .. 'active', rid)
     outbox_rollout(rid, 'blocked', 'failure_threshold')
     event('halted', rid, 'failure_threshold')
@@ -567,7 +567,7 @@ local function lane_apply(s, p, mode)
     if wave > top then
       top = wave
     end
-    redis.call('HSET', rk, 'wave', int(top), 'reason', '', 'updated_at', int(NOW))
+    redis.call('HSET', rk, 'wave', int(top), 'reason', '', 'updated_at', now_s())
     event('wave', rid, lane .. '#' .. int(wave))
   end
   return started
