@@ -717,6 +717,31 @@ type AttemptsAnswer struct {
 	Report bool `json:"report,omitempty"`
 }
 
+// AppendJSON appends the answer's JSON (encoding/json's bytes) to b, each
+// attempt by its own codec: a poll's answer is encoded once per hand-out.
+func (a AttemptsAnswer) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"attempts":`...)
+	if a.Attempts == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, at := range a.Attempts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = at.AppendJSON(b); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, ']')
+	}
+	if a.Report {
+		b = append(b, `,"report":true`...)
+	}
+	return append(b, '}'), nil
+}
+
 func (s *server) poll(w http.ResponseWriter, r *http.Request, node string) {
 	// A held poll waits under this frame, so what comes before and after
 	// the wait is in functions of their own (see engine.PollWith).
@@ -1264,7 +1289,13 @@ func writeJSONError(w http.ResponseWriter, e *Error) {
 // over HTTP/1.1 in one write, its header with its body, where a chunked
 // one took a second write for its last chunk.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	var b []byte
+	var err error
+	if a, ok := v.(interface{ AppendJSON([]byte) ([]byte, error) }); ok {
+		b, err = a.AppendJSON(make([]byte, 0, 1024))
+	} else {
+		b, err = json.Marshal(v)
+	}
 	if err != nil {
 		b, status = []byte(`{"error":{"code":"internal","message":"cannot encode answer"}}`), http.StatusInternalServerError
 	}

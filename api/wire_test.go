@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -83,5 +85,30 @@ func TestAPollAnswerIsOneWrite(t *testing.T) {
 	// so is the last one's, whose client read its whole length
 	if got := l.writes.Load(); got != polls {
 		t.Fatalf("%d writes for %d answers; want one each", got, polls)
+	}
+}
+
+// TestAPollAnswerEncodesAsEncodingJSON: the answer written by its own
+// codec is encoding/json's bytes for the same answer.
+func TestAPollAnswerEncodesAsEncodingJSON(t *testing.T) {
+	type answerFields api.AttemptsAnswer // without AppendJSON
+	at := fleetwave.Attempt{ID: "r.1.1", Item: "r.1", Rollout: "r", Node: "n<1>", Block: "b&c", Action: "upgrade",
+		Generation: 3, Fence: 2, Deadline: time.UnixMilli(1_700_000_000_123).UTC(),
+		Payload: fleetwave.AttemptPayload{Command: "deploy", Config: "a: \"x\"\n", OneShot: true}, Delivery: 9}
+	for _, a := range []api.AttemptsAnswer{
+		{}, {Attempts: []fleetwave.Attempt{}}, {Attempts: []fleetwave.Attempt{}, Report: true},
+		{Attempts: []fleetwave.Attempt{at}}, {Attempts: []fleetwave.Attempt{at, {}, at}, Report: true},
+	} {
+		got, err := a.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(answerFields(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("answer:\n got %s\nwant %s", got, want)
+		}
 	}
 }

@@ -793,7 +793,7 @@ func decodeQueued(v string) (fleetwave.Attempt, error) {
 		return fleetwave.Attempt{}, fmt.Errorf("queue entry without attempt template (%d parts)", len(parts))
 	}
 	var a fleetwave.Attempt
-	if err := json.Unmarshal([]byte(parts[3]), &a); err != nil {
+	if err := fleetwave.DecodeAttempt(parts[3], &a); err != nil {
 		return fleetwave.Attempt{}, fmt.Errorf("decode attempt %s: %w", parts[0], err)
 	}
 	a.ID, a.Fence, a.Deadline = parts[0], atoi(parts[1]), msTime(atoi(parts[2]))
