@@ -293,17 +293,22 @@ for i = 0, n - 1 do
     elseif queued then
       reason = 'instance_busy'
     end
-    hset_i(id, 'id', id, 'rollout', rid, 'pos', int(pos),
-      'node', node, 'block', block, 'action', ARGV[b + IF.action], 'generation', sgen,
-      'target_version', ARGV[b + IF.target_version], 'config_hash', hash,
-      'desired_state', ARGV[b + IF.desired_state], 'managed_by', lane,
-      'criticality', ARGV[b + IF.criticality], 'one_shot', ARGV[b + IF.one_shot], 'op', op,
-      'timeout_ms', ARGV[b + IF.timeout_ms], 'wset', ARGV[b + IF.wset], 'grp', grp,
-      'req', ARGV[b + IF.requires],
-      'status', status, 'reason', reason, 'q', queued and '1' or '0',
-      'source', H.kind or '', 'source_user', H.actor or '', 'wave', '0', 'retry_count', '0',
-      'retry_after', '0', 'dispatched_at', '0', 'completed_at', int(done_at), 'attempts', '0',
-      'last_attempt', '', 'last_class', '', 'created_at', now_s(), 'updated_at', now_s())
+    -- Redis keeps a hash this small as a list it searches from its start
+    -- for every field read or written: the fields a dispatch and a result
+    -- read and write come first (a_state and a_fence among them, empty
+    -- until the first attempt), the ones read only by the hub's Go code
+    -- last.
+    hset_i(id, 'status', status, 'reason', reason, 'attempts', '0', 'last_attempt', '',
+      'a_state', '', 'a_fence', '', 'node', node, 'block', block, 'rollout', rid,
+      'managed_by', lane, 'retry_after', '0', 'q', queued and '1' or '0',
+      'wset', ARGV[b + IF.wset], 'grp', grp, 'req', ARGV[b + IF.requires],
+      'timeout_ms', ARGV[b + IF.timeout_ms], 'updated_at', now_s(), 'dispatched_at', '0',
+      'wave', '0', 'retry_count', '0', 'op', op, 'one_shot', ARGV[b + IF.one_shot],
+      'generation', sgen, 'config_hash', hash, 'desired_state', ARGV[b + IF.desired_state],
+      'target_version', ARGV[b + IF.target_version], 'completed_at', int(done_at),
+      'last_class', '', 'id', id, 'pos', int(pos), 'action', ARGV[b + IF.action],
+      'criticality', ARGV[b + IF.criticality], 'source', H.kind or '', 'source_user', H.actor or '',
+      'created_at', now_s())
     redis.call('RPUSH', k_r(rid) .. ':items', id)
     redis.call('HSETNX', k_lanes(rid), lane, '0')
     if existing then
