@@ -93,17 +93,19 @@ func (a Attempt) AppendJSON(b []byte) ([]byte, error) {
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString appends s as encoding/json writes a string (with its
-// default HTML escaping): ", \ and control characters escaped, <, > and &
-// as \u003c, \u003e, \u0026, U+2028 and U+2029 escaped, invalid UTF-8 as
-// U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
+// AppendJSONString appends s as encoding/json writes a string: the quote,
+// the backslash and control characters escaped, U+2028 and U+2029 as \u
+// escapes, invalid UTF-8 as U+FFFD, and with escapeHTML (encoding/json's
+// default) <, > and & as \u003c, \u003e, \u0026. The attempt codec
+// writes with it, and so does schema's canonical JSON (without HTML
+// escaping, as CUE writes).
+func AppendJSONString(b []byte, s string, escapeHTML bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!escapeHTML || (c != '<' && c != '>' && c != '&')) {
 				i++
 				continue
 			}
@@ -148,6 +150,10 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// appendJSONString is AppendJSONString with encoding/json's default HTML
+// escaping.
+func appendJSONString(b []byte, s string) []byte { return AppendJSONString(b, s, true) }
 
 // UnmarshalJSON decodes data into a as encoding/json decodes its fields.
 func (a *Attempt) UnmarshalJSON(data []byte) error {
