@@ -73,7 +73,7 @@ func benchEngine(b *testing.B, rdb redis.UniversalClient, prefix string) (*Engin
 
 // BenchmarkCreateRollout: one CreateRollout of 10,000 items (18 fields each).
 func BenchmarkCreateRollout(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	spec := benchSpec("bench", 10000, 1000, 100)
 	var cost redisCost
@@ -99,7 +99,7 @@ func BenchmarkCreateRollout(b *testing.B) {
 // are pending (each reconcile plans the rollout's unfinished items again;
 // the engine finds each instance busy and creates nothing).
 func BenchmarkCreateRolloutAgain(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	spec := benchSpec("bench", 10000, 1000, 100)
 	e, fence := benchEngine(b, rdb, "again")
@@ -165,6 +165,20 @@ func timed(b *testing.B, rdb redis.UniversalClient, cost *redisCost, work func()
 		cost.ir += callgrindDump(b, dir, pid)
 		cost.irOK = true
 	}
+}
+
+// benchRedis starts the server of a script benchmark and returns its
+// client. Under callgrind Redis runs some 50 times slower: a script of
+// 2,000 items then outlasts the client's default 3 s read timeout.
+func benchRedis(b *testing.B) *redis.Client {
+	b.Helper()
+	srv := redistest.Start(b)
+	if os.Getenv("REDIS_CALLGRIND_OUT") == "" {
+		return srv.Client(b)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Minute, WriteTimeout: time.Minute})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // redisPid is the server's process id (INFO server).
@@ -245,7 +259,7 @@ func waveStarted(b *testing.B, rdb redis.UniversalClient, prefix string, spec fl
 // BenchmarkStep: one Step that starts a wave of 1,000 items of a rollout of
 // 10,000 (the scan, plan and apply of a full wave).
 func BenchmarkStep(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	spec := benchSpec("bench", 10000, 1000, 1000)
 	var cost redisCost
@@ -274,7 +288,7 @@ func BenchmarkStep(b *testing.B) {
 // once (group commit: a few complete scripts of up to 256 results), which
 // also start the next wave.
 func BenchmarkComplete(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	const nodes = 1000
 	spec := benchSpec("bench", 2*nodes, nodes, nodes)
@@ -311,7 +325,7 @@ func BenchmarkComplete(b *testing.B) {
 // BenchmarkPoll: the 1,000 polls that take a wave's attempts, one per
 // node, 16 agents at a time (each pop numbers its delivery: pop.lua).
 func BenchmarkPoll(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	const nodes = 1000
 	spec := benchSpec("bench", nodes, nodes, nodes)
@@ -349,7 +363,7 @@ func counted(m map[StatusReason]int) (n int) {
 // time) of which a wave completed and the next started since the last
 // read.
 func BenchmarkGauges(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	e, fence := benchEngine(b, rdb, "g")
 	const nodes, wave = 10000, 100
@@ -450,7 +464,7 @@ func BenchmarkPollRegistry(b *testing.B) {
 //
 //	go test -run '^$' -bench HeldPollsHandOut -benchtime 5x -count 4 ./engine/
 func BenchmarkHeldPollsHandOut(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	ctx := context.Background()
 	const nodes = 5000
 	var first, last, other, stepped time.Duration

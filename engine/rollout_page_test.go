@@ -12,7 +12,6 @@ import (
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/clock"
-	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
 // walkPage reads one page and checks what holds of every page: at most
@@ -139,7 +138,7 @@ func TestRolloutPageRefusesForeignCursors(t *testing.T) {
 func BenchmarkRolloutPage(b *testing.B) {
 	const n, page = 10000, 500
 	ctx := context.Background()
-	rdb := redistest.Start(b).Client(b)
+	rdb := benchRedis(b)
 	e := New(rdb, WithClock(clock.NewFake(t0)), WithPrefix("bench"))
 	if err := e.Load(ctx); err != nil {
 		b.Fatal(err)
