@@ -319,43 +319,51 @@ end
 -- (load_item with both fields) or wrote (hset_i), false when absent, so
 -- that hset_i need not read them again.
 local SRS, SRR = {}, {}
-local function hset_i(id, ...)
+
+-- mark_i keeps what hset_i keeps for a write of item id that sets its
+-- status to st and its reason to rs (nil: not written), before the write.
+local function mark_i(id, st, rs)
   local rid = item_of(id) -- "<rollout>.<position>" splits as an attempt id does
-  if rid then
-    local st, rs
-    local a = { ... }
-    for i = 1, #a - 1, 2 do
-      local f = a[i]
-      if f == 'status' then
-        st = a[i + 1]
-      elseif f == 'reason' then
-        rs = a[i + 1]
-      end
-    end
-    if st or rs then
-      local ost, ors = SRS[id], SRR[id]
-      if ost == nil then
-        local old = redis.call('HMGET', k_i(id), 'status', 'reason')
-        ost, ors = old[1], old[2]
-      end
-      ost, ors = ost or nil, ors or nil -- false: known absent
-      SRS[id], SRR[id] = st or ost or false, rs or ors or false
-      local was = ost and (ost .. '\n' .. (ors or ''))
-      local now = (st or ost or '') .. '\n' .. (rs or ors or '')
-      if was ~= now then
-        local d = ISR[rid]
-        if not d then
-          d = {}
-          ISR[rid] = d
-        end
-        if was then
-          d[was] = (d[was] or 0) - 1
-        end
-        d[now] = (d[now] or 0) + 1
-      end
-    end
-    gather_add(ICHG, rid, version_after_s(), id)
+  if not rid then
+    return
   end
+  if st or rs then
+    local ost, ors = SRS[id], SRR[id]
+    if ost == nil then
+      local old = redis.call('HMGET', k_i(id), 'status', 'reason')
+      ost, ors = old[1], old[2]
+    end
+    ost, ors = ost or nil, ors or nil -- false: known absent
+    SRS[id], SRR[id] = st or ost or false, rs or ors or false
+    local was = ost and (ost .. '\n' .. (ors or ''))
+    local now = (st or ost or '') .. '\n' .. (rs or ors or '')
+    if was ~= now then
+      local d = ISR[rid]
+      if not d then
+        d = {}
+        ISR[rid] = d
+      end
+      if was then
+        d[was] = (d[was] or 0) - 1
+      end
+      d[now] = (d[now] or 0) + 1
+    end
+  end
+  gather_add(ICHG, rid, version_after_s(), id)
+end
+
+local function hset_i(id, ...)
+  local st, rs
+  local a = { ... }
+  for i = 1, #a - 1, 2 do
+    local f = a[i]
+    if f == 'status' then
+      st = a[i + 1]
+    elseif f == 'reason' then
+      rs = a[i + 1]
+    end
+  end
+  mark_i(id, st, rs)
   redis.call('HSET', k_i(id), ...)
 end
 
@@ -414,8 +422,11 @@ local function set_status(it, new, reason, ...)
     count(it.rollout, new, 1, it.managed_by)
     it.status = new
   end
+  -- its status and reason are known: hset_i's look for them is skipped
+  -- (the extra pairs never set them)
+  mark_i(it.id, new, reason or '')
   if not it.more then
-    hset_i(it.id, 'status', new, 'reason', reason or '', 'updated_at', now_s(), ...)
+    redis.call('HSET', k_i(it.id), 'status', new, 'reason', reason or '', 'updated_at', now_s(), ...)
     return
   end
   local args = { 'status', new, 'reason', reason or '', 'updated_at', now_s(), ... }
@@ -423,7 +434,7 @@ local function set_status(it, new, reason, ...)
     args[#args + 1] = v
   end
   it.more = nil
-  hset_i(it.id, unpack(args))
+  redis.call('HSET', k_i(it.id), unpack(args))
 end
 
 -- maybe_complete marks an active rollout completed once every item is

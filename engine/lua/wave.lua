@@ -65,6 +65,9 @@ end
 -- wave of 200 writes the deadlines, the lane's pending zset and in-flight
 -- set once.
 local DQ = { deadlines = {}, lp = {}, lf = {}, retry = {}, lane = {}, ready = {} }
+-- the pending and in-flight keys of each lane ("<rollout>\n<lane>"),
+-- built once per call
+local LANEKEYS = {}
 
 -- dispatch starts a new attempt of a pending or retrying item, queued for
 -- its node as the agent will receive it: "<attempt id>\n<fence>\n<deadline
@@ -81,13 +84,29 @@ local function dispatch(it, wave, mode)
   if tmo <= 0 then
     tmo = mode.def_timeout
   end
-  local deadline = int(NOW + tmo + mode.grace)
+  -- the deadline of each timeout, formatted once per mode (a call's now
+  -- and the mode's grace are the same for all its attempts)
+  local dls = mode.deadlines
+  if not dls then
+    dls = {}
+    mode.deadlines = dls
+  end
+  local deadline = dls[tmo]
+  if not deadline then
+    deadline = int(NOW + tmo + mode.grace)
+    dls[tmo] = deadline
+  end
   local tpl = redis.call('GET', P .. 'ip:' .. it.id) or '{}'
   redis.call('RPUSH', P .. 'q:' .. it.node, aid .. '\n' .. mode.fence .. '\n' .. deadline .. '\n' .. tpl)
   DQ.ready[#DQ.ready + 1] = it.node
   gather_add(DQ.deadlines, P .. 'deadlines', deadline, aid)
   if it.status == 'pending' then
-    local lp, lf = k_lp(it.rollout, it.managed_by), k_lf(it.rollout, it.managed_by)
+    local lk = LANEKEYS[it.rollout .. '\n' .. (it.managed_by or '')]
+    if not lk then
+      lk = { k_lp(it.rollout, it.managed_by), k_lf(it.rollout, it.managed_by) }
+      LANEKEYS[it.rollout .. '\n' .. (it.managed_by or '')] = lk
+    end
+    local lp, lf = lk[1], lk[2]
     gather_add(DQ.lp, lp, it.id)
     gather_add(DQ.lf, lf, it.id)
     DQ.lane[lp], DQ.lane[lf] = it.managed_by or '', it.managed_by or ''
@@ -186,7 +205,11 @@ local function placeable(node, reqs)
 end
 
 -- requires_of returns an item's requirements (stored newline-separated).
+local NO_REQS = {} -- read only: what requires_of returns for an item without any
 local function requires_of(it, into, seen)
+  if into == nil and (it.req or '') == '' then
+    return NO_REQS, nil
+  end
   into, seen = into or {}, seen or {}
   for r in string.gmatch(it.req or '', '[^\n]+') do
     if not seen[r] then
