@@ -84,17 +84,15 @@ local function dispatch(it, wave, mode)
   if tmo <= 0 then
     tmo = mode.def_timeout
   end
-  -- the deadline of each timeout, formatted once per mode (a call's now
-  -- and the mode's grace are the same for all its attempts)
-  local dls = mode.deadlines
-  if not dls then
-    dls = {}
-    mode.deadlines = dls
-  end
-  local deadline = dls[tmo]
-  if not deadline then
+  -- the deadline, formatted again only when the timeout differs from the
+  -- last attempt's (a call's now and the mode's grace are the same for
+  -- all its attempts). One value, not a table by timeout: the embedded
+  -- Redis's Lua makes a table indexed by a number of milliseconds an
+  -- array that long.
+  local deadline = mode.dl
+  if mode.dl_tmo ~= tmo then
     deadline = int(NOW + tmo + mode.grace)
-    dls[tmo] = deadline
+    mode.dl, mode.dl_tmo = deadline, tmo
   end
   local tpl = redis.call('GET', P .. 'ip:' .. it.id) or '{}'
   redis.call('RPUSH', P .. 'q:' .. it.node, aid .. '\n' .. mode.fence .. '\n' .. deadline .. '\n' .. tpl)
