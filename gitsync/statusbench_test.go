@@ -58,6 +58,7 @@ func benchWriteStatus(b *testing.B, nodes int) {
 		defer pprof.StopCPUProfile()
 	}
 	var took []time.Duration
+	stepTook := map[string][]time.Duration{}
 	b.ResetTimer()
 	for run := 1; run <= b.N; run++ {
 		b.StopTimer()
@@ -69,8 +70,14 @@ func benchWriteStatus(b *testing.B, nodes int) {
 		if err != nil || res.Commit == "" {
 			b.Fatalf("WriteStatus = %+v, %v", res, err)
 		}
+		for _, s := range res.Steps {
+			stepTook[s.Name] = append(stepTook[s.Name], s.Took)
+		}
 	}
 	b.StopTimer()
+	for name, ts := range stepTook { // where a commit's time goes
+		b.ReportMetric(float64(median(ts).Microseconds())/1000, name+"-p50-ms")
+	}
 	// the mirror merges its packs every compactAt commits, in one of them
 	b.ReportMetric(float64(median(took).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(slices.Max(took).Microseconds())/1000, "max-ms")
