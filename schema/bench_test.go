@@ -159,21 +159,13 @@ func TestBenchReport(t *testing.T) {
 	if err := os.WriteFile(schemaFile, schemaSource, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	cmds := VetArgs(schemaFile, dir, slices.Collect(maps.Keys(files)), 0)
 	dataOnly := map[string][]byte{}
-	var cmds [][]string
-	for folder, kind := range folders {
-		var args []string
-		for p, b := range files {
-			if strings.HasPrefix(p, folder+"/") && !strings.HasSuffix(p, ".cue") {
-				args = append(args, filepath.Join(dir, filepath.FromSlash(p)))
-				dataOnly[p] = b
-			}
+	for _, args := range cmds {
+		for _, f := range args[5:] {
+			p := strings.TrimPrefix(f, dir+"/")
+			dataOnly[p] = files[p]
 		}
-		if len(args) == 0 {
-			continue
-		}
-		slices.Sort(args)
-		cmds = append(cmds, append([]string{"vet", "-c", "-d", definitions[kind][0], schemaFile}, args...))
 	}
 	same := maps.Clone(dataOnly)
 	same["fleetwave.cue"] = files["fleetwave.cue"]

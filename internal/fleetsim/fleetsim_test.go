@@ -135,7 +135,26 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	if res.StatusSlowest <= 0 || res.StatusSlowest > 2*res.StatusMax {
 		t.Errorf("slowest status write %v from the hub's log, want one within its bucket's bound %v", res.StatusSlowest, res.StatusMax)
 	}
+	// the baselines, measured in the same run: cue vet of every YAML and
+	// JSON object (cue is installed in CI), the git CLI's commit of a
+	// tenth of the node documents, /healthz read beside the API
+	noCue := cueBin() == ""
+	if noCue && os.Getenv("CI") != "" {
+		t.Error("no cue binary in CI: .ci/run installs it with go install cuelang.org/go/cmd/cue@v0.17.1")
+	}
+	if !noCue && res.CueVetFiles < n/2 {
+		t.Errorf("cue vet of %d files, want the repository's YAML and JSON objects (at least %d)", res.CueVetFiles, n/2)
+	}
+	if res.GitCLIFiles != n/10 || res.GitCLIStatus <= 0 {
+		t.Errorf("git CLI baseline: %d documents in %v, want %d", res.GitCLIFiles, res.GitCLIStatus, n/10)
+	}
+	if res.Healthz.N == 0 || res.Healthz.Errors != 0 {
+		t.Errorf("GET /healthz beside the API reads: %+v, want answered reads only", res.Healthz)
+	}
 	for _, row := range Rows([]Result{res}) {
+		if noCue && strings.HasPrefix(row.Name, "  baseline: cue vet") {
+			continue // not measured without a cue binary (CI has one)
+		}
 		zero := row.HasTarget && row.Target == 0 // a count that must stay 0
 		if v := row.Values[0]; row.Signed && !math.IsNaN(v) {
 			continue // a difference of two moments: either sign is measured

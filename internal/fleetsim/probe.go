@@ -31,7 +31,10 @@ type ProbeSample struct {
 	// /api/v1/rollouts/{id}, its first page), read as the console reads
 	// them (accepting an answer up to 2 s old when the fresh read is
 	// slow: Cache-Control max-stale), or "summary-plain" and
-	// "rollout-plain", the same read as a client that says nothing.
+	// "rollout-plain", the same read as a client that says nothing, or
+	// "healthz" (GET /healthz, which answers "ok" and reads nothing: the
+	// baseline the machine and the hub's HTTP server set, read beside the
+	// others).
 	Path string `json:"path"`
 	// Seconds is the read's latency, from the request to the body's end.
 	Seconds float64 `json:"seconds"`
@@ -44,7 +47,7 @@ type ProbeSample struct {
 }
 
 // Probe reads the summary and the rollout's page in turn, each as the
-// console does and as a plain client, interval apart, until ctx ends, and
+// console does and as a plain client, then /healthz, interval apart, until ctx ends, and
 // writes every read to w as a JSON line. Until the rollout exists, as
 // a console that is open when its push lands, it reads the summary only:
 // a read of the rollout's page answered 404 before the page was ever
@@ -80,6 +83,14 @@ func Probe(ctx context.Context, hubURL, rollout string, interval time.Duration, 
 			if err := enc.Encode(sampleOf(probePath("rollout", console), at, d, err, page.Rollout.Status)); err != nil {
 				return err
 			}
+		}
+		at := time.Now()
+		d, err := timedGet(ctx, c, hubURL+"/healthz", false, nil)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := enc.Encode(sampleOf("healthz", at, d, err, "")); err != nil {
+			return err
 		}
 		_ = sleep(ctx, interval)
 	}
@@ -122,7 +133,7 @@ func (p *probeSamples) countFrom(t time.Time) {
 }
 
 // probePaths are the paths of a probe's samples.
-var probePaths = []string{"summary", "summary-plain", "rollout", "rollout-plain"}
+var probePaths = []string{"summary", "summary-plain", "rollout", "rollout-plain", "healthz"}
 
 func (p *probeSamples) add(s ProbeSample) {
 	p.mu.Lock()

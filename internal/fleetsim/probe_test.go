@@ -51,6 +51,8 @@ func TestProbeWritesEveryReadAsALine(t *testing.T) {
 				status = "completed"
 			}
 			_, _ = w.Write([]byte(`{"rollout":{"status":"` + status + `"}}`))
+		case "/healthz":
+			_, _ = w.Write([]byte("ok\n"))
 		default:
 			http.NotFound(w, r)
 		}
@@ -82,11 +84,16 @@ func TestProbeWritesEveryReadAsALine(t *testing.T) {
 	}
 	sum, sumPlain := ps.latency("summary"), ps.latency("summary-plain")
 	page, pagePlain := ps.latency("rollout"), ps.latency("rollout-plain")
-	if n := sum.N + sum.Errors + sumPlain.N + sumPlain.Errors + page.N + page.Errors + pagePlain.N + pagePlain.Errors; n != lines {
+	healthz := ps.latency("healthz")
+	if n := sum.N + sum.Errors + sumPlain.N + sumPlain.Errors + page.N + page.Errors + pagePlain.N + pagePlain.Errors + healthz.N + healthz.Errors; n != lines {
 		t.Fatalf("%d reads counted, not the %d lines", n, lines)
 	}
 	if sum.Errors != 0 || sum.N < 3 || sumPlain.N != 0 || sumPlain.Errors < 3 {
 		t.Fatalf("summary %+v, plain %+v: want the console's reads answered, the plain ones failed", sum, sumPlain)
+	}
+	// the baseline is read once a round, from the first, beside the rest
+	if healthz.Errors != 0 || healthz.N < sum.N/2 || healthz.P50 <= 0 {
+		t.Fatalf("healthz %+v: want a read a round (summary %+v), each answered with a latency", healthz, sum)
 	}
 	if page.Errors+pagePlain.Errors != 1 {
 		t.Fatalf("page %+v, plain %+v: want one error, the 404 after the page was found (none before)", page, pagePlain)

@@ -137,6 +137,16 @@ func Rows(results []Result) []Row {
 			return math.NaN()
 		})
 	}
+	// a baseline not measured in a run (no cue binary, or a run from
+	// before it was) shows none
+	measured := func(f func(Result) (time.Duration, bool)) []float64 {
+		return col(func(r Result) float64 {
+			if d, ok := f(r); ok {
+				return d.Seconds()
+			}
+			return math.NaN()
+		})
+	}
 	// a run from before the wave breakdown shows none
 	wave := func(f func(Waves) time.Duration) []float64 {
 		return col(func(r Result) float64 {
@@ -204,7 +214,8 @@ func Rows(results []Result) []Row {
 		{Name: "  of which push -> rollout created (p50)", Values: dur(stage(func(s PushStage) time.Duration { return s.Created })), Unit: unitDuration},
 		{Name: "  of which push -> item dispatched (p50)", Values: dur(stage(func(s PushStage) time.Duration { return s.Dispatched })), Unit: unitDuration},
 		{Name: "full validation (fleetwave validate, a process)", Values: dur(func(r Result) time.Duration { return r.Validate }), Unit: unitDuration, Target: 3, HasTarget: true,
-			Baseline: "cue vet: ~10x slower at 10k (make bench)"},
+			Baseline: "cue vet: the row below"},
+		{Name: "  baseline: cue vet of the same repository (its YAML and JSON objects only; .cue ones cannot be vetted as data)", Values: measured(func(r Result) (time.Duration, bool) { return r.CueVet, r.CueVetFiles > 0 }), Unit: unitDuration},
 		{Name: "hub sync of a commit (fetch, validate, apply), mean", Values: dur(func(r Result) time.Duration { return r.SyncMean }), Unit: unitDuration},
 		{Name: "plan (hub reconcile), mean", Values: dur(func(r Result) time.Duration { return r.PlanMean }), Unit: unitDuration},
 		{Name: "plan (hub reconcile), max (bucket bound)", Values: dur(func(r Result) time.Duration { return r.PlanMax }), Unit: unitDuration},
@@ -227,8 +238,9 @@ func Rows(results []Result) []Row {
 		{Name: "  of a status write, mean: documents built (read, engine, rollouts, summary, nodes)", Values: statusSteps("read", "engine", "rollouts", "summary", "nodes"), Unit: unitDuration},
 		{Name: "  of a status write, mean: commit made (fetch, edit, encode, store)", Values: statusSteps("fetch", "edit", "encode", "store"), Unit: unitDuration},
 		{Name: "  of a status write, mean: commit pushed (push, record, ack)", Values: statusSteps("push", "record", "ack"), Unit: unitDuration},
+		{Name: "  baseline: git CLI, the same remote: N/10 node documents changed, added, committed and pushed", Values: measured(func(r Result) (time.Duration, bool) { return r.GitCLIStatus, r.GitCLIFiles > 0 }), Unit: unitDuration},
 		{Name: "status commit, max (the hub's log; its histogram's bucket bound when none took 1 s)", Values: dur(Result.slowestStatus), Unit: unitDuration, Target: 3, HasTarget: true,
-			Baseline: "git CLI: 2.3 s for 10k changed files (make bench)"},
+			Baseline: "git CLI: the row above"},
 		{Name: "hub peak RSS", Values: col(func(r Result) float64 { return float64(r.HubRSSPeak) }), Unit: unitBytes, Target: 1 << 30, HasTarget: true},
 		{Name: "  hub goroutine stacks per poll held (after the rollout, less the idle hub's)", Values: col(func(r Result) float64 {
 			if r.PollStack == 0 {
@@ -253,13 +265,16 @@ func Rows(results []Result) []Row {
 		{Name: "Redis used_memory (after the rollout)", Values: col(func(r Result) float64 { return float64(r.RedisUsed) }), Unit: unitBytes},
 		{Name: "Redis used_memory_peak", Values: col(func(r Result) float64 { return float64(r.RedisPeak) }), Unit: unitBytes},
 		{Name: "GET /api/v1/summary p50 (during the rollout, as the console reads it)", Values: dur(func(r Result) time.Duration { return r.Summary.P50 }), Unit: unitDuration},
-		{Name: "GET /api/v1/summary p99", Values: dur(func(r Result) time.Duration { return r.Summary.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
+		{Name: "GET /api/v1/summary p99", Values: dur(func(r Result) time.Duration { return r.Summary.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true,
+			Baseline: "GET /healthz p99: the last row"},
 		{Name: "  a plain client's read (no stale answer accepted), p99", Values: plain(func(r Result) Latency { return r.SummaryPlain }), Unit: unitDuration},
 		{Name: "  answered by the hub within 100 ms (its own histogram, both reads)", Values: col(func(r Result) float64 { return share(r.Summary.HubWithin100ms) }), Unit: unitShare},
 		{Name: "GET /api/v1/rollouts/{id} p50 (first page: 500 items, as the console reads it)", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P50 }), Unit: unitDuration},
-		{Name: "GET /api/v1/rollouts/{id} p99", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true},
+		{Name: "GET /api/v1/rollouts/{id} p99", Values: dur(func(r Result) time.Duration { return r.RolloutPage.P99 }), Unit: unitDuration, Target: 0.1, HasTarget: true,
+			Baseline: "GET /healthz p99: the last row"},
 		{Name: "  a plain client's read (no stale answer accepted), p99", Values: plain(func(r Result) Latency { return r.RolloutPagePlain }), Unit: unitDuration},
 		{Name: "  answered by the hub within 100 ms (its own histogram, both reads)", Values: col(func(r Result) float64 { return share(r.RolloutPage.HubWithin100ms) }), Unit: unitShare},
+		{Name: "baseline: GET /healthz p99 (answers ok, reads nothing; read beside the two above)", Values: plain(func(r Result) Latency { return r.Healthz }), Unit: unitDuration},
 		{Name: "items completed", Values: col(func(r Result) float64 { return float64(r.Completed) }), Unit: unitCount},
 		{Name: "  of which by their one attempt's result (the others: by the node's report)", Values: col(func(r Result) float64 { return float64(r.DoneOnce) }), Unit: unitCount},
 		{Name: "items run twice (two successes taken)", Values: col(func(r Result) float64 { return float64(r.Duplicates) }), Unit: unitCount, Target: 0, HasTarget: true},

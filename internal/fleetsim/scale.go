@@ -111,7 +111,12 @@ type Result struct {
 	Load     string // the machine's load averages at the start
 	LoadEnd  string // and at the end
 
-	Validate     time.Duration // `fleetwave validate` of the whole tree, wall time
+	Validate time.Duration // `fleetwave validate` of the whole tree, wall time
+	// CueVet is the baseline of Validate: `cue vet` of the tree's YAML and
+	// JSON objects (CueVetFiles of them), once; 0 when no cue binary was
+	// found, and in the runs recorded before it was measured.
+	CueVet       time.Duration `json:",omitempty"`
+	CueVetFiles  int           `json:",omitempty"`
 	Register     time.Duration // every agent registered, from the fleet's start
 	PushDispatch []time.Duration
 	PushStages   []PushStage     // the probe pushes' stages
@@ -175,6 +180,18 @@ type Result struct {
 	// fleetwave_status_step_seconds and fleetwave_reconcile_step_seconds);
 	// none in the runs from before they were read
 	StatusSteps, ReconcileSteps map[string]time.Duration `json:",omitempty"`
+
+	// GitCLIStatus is the baseline of a status commit: the git CLI writing,
+	// committing and pushing GitCLIFiles changed node documents to the same
+	// remote after the rollout (gitCLIStatus); 0 in the runs recorded
+	// before it was measured.
+	GitCLIStatus time.Duration `json:",omitempty"`
+	GitCLIFiles  int           `json:",omitempty"`
+	// Healthz is the baseline of the API's latency: GET /healthz (an
+	// answer of "ok" that reads nothing), read by the probe beside the
+	// summary and the rollout's page while the rollout ran (N is 0 in the
+	// runs recorded before it was).
+	Healthz Latency `json:",omitzero"`
 }
 
 // PushStage splits one push -> first dispatch into the hub's stages, each
@@ -392,6 +409,14 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	res.Validate = median(took)
 	say("validate: %v (median of %v)", res.Validate.Round(time.Millisecond), took)
+	if res.CueVet, res.CueVetFiles, err = cueVet(ctx, dir, work); err != nil {
+		return res, err
+	}
+	if res.CueVetFiles > 0 {
+		say("baseline: cue vet of %d YAML and JSON objects: %v", res.CueVetFiles, res.CueVet.Round(time.Millisecond))
+	} else {
+		say("baseline: cue vet not measured, no cue binary (CUE_BIN or PATH)")
+	}
 
 	ids := make([]string, sc.Nodes)
 	for i := range ids {
@@ -576,6 +601,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	res.Summary, res.RolloutPage = probe.samples.latency("summary"), probe.samples.latency("rollout")
 	res.SummaryPlain, res.RolloutPagePlain = probe.samples.latency("summary-plain"), probe.samples.latency("rollout-plain")
+	res.Healthz = probe.samples.latency("healthz")
 	routes, err := scrapeHistograms(hub.url, apiRoutes...)
 	if err != nil {
 		return res, err
@@ -656,6 +682,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("status in git shows %d of %d items completed (%v): %w", res.StatusItems, res.Completed, statusErr, err)
 	}
 	say("status in git: %d items completed, in %d parts", res.StatusItems, res.StatusParts)
+	if res.GitCLIStatus, res.GitCLIFiles, err = gitCLIStatus(ctx, dir, remote, max(1, sc.Nodes/10)); err != nil {
+		return res, err
+	}
+	say("baseline: the git CLI wrote, committed and pushed %d status documents in %v", res.GitCLIFiles, res.GitCLIStatus.Round(time.Millisecond))
 	st, err := readProc(hub.pid())
 	if err != nil {
 		return res, fmt.Errorf("hub process: %w", err)
