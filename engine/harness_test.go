@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,6 +56,14 @@ type harness struct {
 	seenReason  map[string]bool
 	seenRollout map[fleetwave.RolloutStatus]bool
 	outcomes    map[CreateOutcome]int
+	// chunks are the chunks each rollout's last read returned, with a
+	// copy of them: the engine must never write a chunk it returned
+	chunks map[string]returnedChunks
+}
+
+// returnedChunks are the chunks of one RolloutChunks and a deep copy.
+type returnedChunks struct {
+	chunks, copies [][]fleetwave.Item
 }
 
 func newHarness(t *testing.T, rdb redis.UniversalClient, opts ...Option) *harness {
@@ -156,10 +165,34 @@ func (h *harness) report(r fleetwave.Report) {
 // not mark it.
 func (h *harness) rollout(id string) (fleetwave.Rollout, []fleetwave.Item) {
 	h.t.Helper()
-	r, items, err := h.e.Rollout(h.ctx, id)
+	r, chunks, err := h.e.RolloutChunks(h.ctx, id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// the chunks the last read returned are as they were (a chunk the
+	// engine changed is a new one), and every chunk but the last is full
+	items := []fleetwave.Item{}
+	for i, c := range chunks {
+		if i < len(chunks)-1 && len(c) != KeptChunk {
+			h.t.Fatalf("rollout %s: chunk %d of %d holds %d items, want %d", id, i, len(chunks), len(c), KeptChunk)
+		}
+		items = append(items, c...)
+	}
+	if last, ok := h.chunks[id]; ok {
+		for i := range last.chunks {
+			if !reflect.DeepEqual(last.chunks[i], last.copies[i]) {
+				h.t.Fatalf("rollout %s: chunk %d changed after it was returned", id, i)
+			}
+		}
+	}
+	if h.chunks == nil {
+		h.chunks = map[string]returnedChunks{}
+	}
+	copies := make([][]fleetwave.Item, len(chunks))
+	for i, c := range chunks {
+		copies[i] = slices.Clone(c)
+	}
+	h.chunks[id] = returnedChunks{chunks: chunks, copies: copies}
 	fresh := New(h.rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix(h.e.keyBase[3:len(h.e.keyBase)-2]))
 	wr, want, err := fresh.Rollout(h.ctx, id)
 	if err != nil {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,6 +84,69 @@ func TestARolloutIsNeverNewerThanItsItems(t *testing.T) {
 		}
 		if r.Status != fleetwave.RolloutCompleted || items[0].Status != fleetwave.ItemCompleted {
 			t.Fatalf("rollout %s with its item %s; want both completed", r.Status, items[0].Status)
+		}
+	})
+}
+
+// TestRolloutChunksShareWhatDidNotChange: RolloutChunks returns a large
+// rollout's items in chunks of KeptChunk; a later read returns the same
+// chunk (same address) where none of its items changed, a new one where
+// one did or items were appended, and never writes a chunk it returned
+// (the harness checks that after every step of every test too). Rollout
+// gives the same items in one slice.
+func TestRolloutChunksShareWhatDidNotChange(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		id, _ := h.create(spec("web", 2*KeptChunk+500, "web", 1, 5, 0))
+		e := New(rdb, WithClock(h.clk), WithLogger(zerolog.Nop()), WithPrefix("test"))
+		read := func() [][]fleetwave.Item {
+			t.Helper()
+			_, chunks, err := e.RolloutChunks(h.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, items, err := e.Rollout(h.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flat []fleetwave.Item
+			for _, c := range chunks {
+				flat = append(flat, c...)
+			}
+			if !reflect.DeepEqual(flat, items) {
+				t.Fatalf("Rollout's %d items are not RolloutChunks' %d", len(items), len(flat))
+			}
+			return chunks
+		}
+		same := func(a, b []fleetwave.Item) bool { return &a[0] == &b[0] }
+		c1 := read()
+		if len(c1) != 3 || len(c1[0]) != KeptChunk || len(c1[2]) != 500 {
+			t.Fatalf("%d chunks (%d, ..., %d items): want 3 of %d, %d and 500", len(c1), len(c1[0]), len(c1[len(c1)-1]), KeptChunk, KeptChunk)
+		}
+		copy0 := slices.Clone(c1[0])
+		if c2 := read(); !same(c1[0], c2[0]) || !same(c1[1], c2[1]) || !same(c1[2], c2[2]) {
+			t.Fatal("nothing changed, yet a chunk is new")
+		}
+		h.step() // dispatches the first 5 items, all in the first chunk
+		c3 := read()
+		if same(c1[0], c3[0]) || c3[0][0].Status != fleetwave.ItemInProgress {
+			t.Fatalf("the first chunk's items were dispatched: want a new chunk saying so, got the same: %t, %s", same(c1[0], c3[0]), c3[0][0].Status)
+		}
+		if !same(c1[1], c3[1]) || !same(c1[2], c3[2]) {
+			t.Fatal("the wave changed the first chunk only, yet another chunk is new")
+		}
+		if !reflect.DeepEqual(c1[0], copy0) {
+			t.Fatal("the first chunk returned before was written")
+		}
+		more := spec("web", 2*KeptChunk+600, "web", 1, 5, 0) // 100 items join
+		more.Items = more.Items[2*KeptChunk+500:]
+		h.create(more)
+		c4 := read()
+		if len(c4) != 3 || len(c4[2]) != 600 || same(c3[2], c4[2]) || len(c3[2]) != 500 {
+			t.Fatalf("after 100 items joined: chunks %d, last of %d items (the one before %d): want 3, a new last one of 600", len(c4), len(c4[2]), len(c3[2]))
+		}
+		if !same(c3[1], c4[1]) {
+			t.Fatal("items joined the last chunk, yet the second is new")
 		}
 	})
 }

@@ -299,10 +299,18 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		if done && h.rolloutsWritten[r.ID] && !changed[r.ID] {
 			continue // its final document is committed: the file stays as it is
 		}
-		_, items, err := h.eng.Rollout(ctx, r.ID)
+		_, chunks, err := h.eng.RolloutChunks(ctx, r.ID)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
+		// the items in one slice, in a buffer kept for the next write:
+		// nothing built from it outlives this rollout's turn (partItems
+		// keeps the engine's chunks, which are never written)
+		items := h.itemsBuf[:0]
+		for _, c := range chunks {
+			items = append(items, c...)
+		}
+		h.itemsBuf = items
 		for _, it := range items {
 			if it.Status == fleetwave.ItemPending || it.Status == fleetwave.ItemAmbiguous {
 				waitingByNode[it.Node] = append(waitingByNode[it.Node], status.WaitingItem{Rollout: r.ID, Item: it.ID, Block: it.Block,
@@ -316,11 +324,18 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		}
 		h.metrics.statusRolloutReads.Inc()
 		files[status.RolloutPath(r.ID)] = doc
-		for _, pt := range parts {
+		for k, pt := range parts {
 			path := status.RolloutPartPath(r.ID, pt.Part)
+			// the engine's chunk holding the part's items, when the part
+			// is one (both are of status.PartItems): unchanged since the
+			// last write exactly when the engine returned the same chunk
+			var chunk []fleetwave.Item
+			if partsAreChunks && k < len(chunks) && len(chunks[k]) == len(pt.Items) {
+				chunk = chunks[k]
+			}
 			// a part is made of its items alone: one whose items are those
 			// it was last built from keeps its document
-			if prev, ok := lastParts[path]; ok && h.rendered[path] != nil && slices.Equal(prev, pt.Items) {
+			if prev, ok := lastParts[path]; ok && h.rendered[path] != nil && (sameChunk(prev, chunk) || slices.Equal(prev, pt.Items)) {
 				partItems[path] = prev
 				if h.keepRendered(files, path) {
 					rendered = append(rendered, path)
@@ -334,7 +349,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			if h.writeRendered(files, path, data) {
 				rendered = append(rendered, path)
 			}
-			partItems[path] = slices.Clone(pt.Items)
+			if chunk != nil {
+				partItems[path] = chunk // never written: kept as is
+			} else {
+				partItems[path] = slices.Clone(pt.Items)
+			}
 			partsBuilt = append(partsBuilt, path)
 		}
 		if done {
@@ -618,6 +637,18 @@ type nodeInputs struct {
 	// snap is the snapshot in force (nil: none yet), which inSnapshot and
 	// drain were read from
 	snap *fleetwave.Snapshot
+}
+
+// partsAreChunks: the parts of a large rollout's status hold as many
+// items as the engine's chunks (every chunk but the last is full), so the
+// k-th part's items are the k-th chunk's.
+const partsAreChunks = status.PartItems == engine.KeptChunk
+
+// sameChunk says whether a and b are the same chunk of the engine's
+// (engine.RolloutChunks): the same items at the same address, which the
+// engine never writes again.
+func sameChunk(a, b []fleetwave.Item) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 // sameInstances says whether the instances of a node's document (sorted by
