@@ -20,16 +20,7 @@ import (
 //
 //	GOBIN=$(mktemp -d) go install cuelang.org/go/cmd/cue@v0.17.1
 func TestCueVetAcceptsExamplesAndScaffold(t *testing.T) {
-	cue := os.Getenv("CUE_BIN")
-	if cue == "" {
-		cue, _ = exec.LookPath("cue")
-	}
-	if cue == "" && os.Getenv("CI") != "" {
-		t.Fatal("no cue binary in CI: .ci/run installs it with go install cuelang.org/go/cmd/cue@v0.17.1")
-	}
-	if cue == "" {
-		t.Skip("no cue binary: set CUE_BIN or put cue in PATH (GOBIN=$(mktemp -d) go install cuelang.org/go/cmd/cue@v0.17.1)")
-	}
+	cue := cueBinary(t)
 	scaffold := t.TempDir()
 	if err := Scaffold(scaffold); err != nil {
 		t.Fatal(err)
@@ -89,16 +80,7 @@ func TestVetArgs(t *testing.T) {
 		t.Fatalf("VetArgs(perRun 0) = %q, want a run for brc/ and one for both node files", got)
 	}
 
-	cue := os.Getenv("CUE_BIN")
-	if cue == "" {
-		cue, _ = exec.LookPath("cue")
-	}
-	if cue == "" && os.Getenv("CI") != "" {
-		t.Fatal("no cue binary in CI: .ci/run installs it with go install cuelang.org/go/cmd/cue@v0.17.1")
-	}
-	if cue == "" {
-		t.Skip("no cue binary: set CUE_BIN or put cue in PATH (GOBIN=$(mktemp -d) go install cuelang.org/go/cmd/cue@v0.17.1)")
-	}
+	cue := cueBinary(t)
 	schemaFile := filepath.Join(t.TempDir(), "schema.cue")
 	if err := os.WriteFile(schemaFile, Source(), 0o644); err != nil {
 		t.Fatal(err)
@@ -134,4 +116,21 @@ func TestVetArgs(t *testing.T) {
 	if _, refused := vet(); !strings.Contains(refused, "edge-04.yaml") {
 		t.Fatalf("cue vet accepted a node with criticality urgent (output %q)", refused)
 	}
+}
+
+// cueBinary is the real cue command, from $CUE_BIN or PATH: required in CI
+// (.ci/run installs it), the test skipped without it elsewhere.
+func cueBinary(t *testing.T) string {
+	t.Helper()
+	cue := os.Getenv("CUE_BIN")
+	if cue == "" {
+		cue, _ = exec.LookPath("cue")
+	}
+	if cue == "" && os.Getenv("CI") != "" {
+		t.Fatal("no cue binary in CI: .ci/run installs it with go install cuelang.org/go/cmd/cue@v0.17.1")
+	}
+	if cue == "" {
+		t.Skip("no cue binary: set CUE_BIN or put cue in PATH (GOBIN=$(mktemp -d) go install cuelang.org/go/cmd/cue@v0.17.1)")
+	}
+	return cue
 }
