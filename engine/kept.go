@@ -96,8 +96,8 @@ func (e *Engine) RolloutChunks(ctx context.Context, id string) (fleetwave.Rollou
 		}
 		r := decodeRollout(m)
 		var read []string // the items to read: all, or the new and the marked ones
-		first := len(k.ids)
 		if incremental {
+			first := len(k.ids)
 			k.ids = append(k.ids, ids.Val()...)
 			for i := first; i < len(k.ids); i++ {
 				k.pos[k.ids[i]] = i
