@@ -31,6 +31,15 @@ func TestScaleDocsKeepTheAnalysis(t *testing.T) {
 	if len(results) != 2 || results[0].Nodes != 1000 || results[0].Validate != 2*time.Second || results[1].Nodes != 10000 {
 		t.Fatalf("merged results %+v: want 1000 (the new run) then 10000 (the kept one)", results)
 	}
+	// a run of several hub replicas is kept beside the one hub's of its size
+	three := []fleetsim.HubFigures{{ID: "a", Leader: true}, {ID: "b"}, {ID: "c"}}
+	merged, err := mergeResults(filepath.Join(dir, "replicas.json"), []fleetsim.Result{{Nodes: 1000, Validate: time.Second}, {Nodes: 1000, Hubs: three}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(merged) != 2 || len(merged[0].Hubs) != 0 || len(merged[1].Hubs) != 3 {
+		t.Errorf("merged %+v: want the one hub's run of 1000 nodes, then the three replicas' one", merged)
+	}
 	if err := writeScaleDocs(dir, sizesOf(results), results); err != nil {
 		t.Fatal(err)
 	}

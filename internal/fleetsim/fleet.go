@@ -28,11 +28,15 @@ type Node struct {
 	Token string
 }
 
-// Options configure a Fleet. HubURL and Nodes are required.
+// Options configure a Fleet. HubURL (or HubURLs) and Nodes are required.
 type Options struct {
 	// HubURL is the hub's base URL (http://host:port).
 	HubURL string
-	Nodes  []Node
+	// HubURLs, when given, are the base URLs of hub replicas sharing one
+	// Redis: the k-th node's agent talks to HubURLs[k mod len] only, as
+	// agents behind a load balancer each keep to one replica.
+	HubURLs []string
+	Nodes   []Node
 	// Duration is how long an action "runs" (default 1s); each attempt
 	// takes Duration +- Jitter x Duration (Jitter 0..1, default 0).
 	Duration time.Duration
@@ -89,7 +93,6 @@ type Stats struct {
 // of pollers. Create it with New, then call Run.
 type Fleet struct {
 	opts   Options
-	base   string
 	client *http.Client
 	agents []*simAgent
 	queue  chan *simAgent
@@ -110,7 +113,7 @@ type Fleet struct {
 // simAgent is one node's agent: its state only, no goroutine.
 type simAgent struct {
 	node Node
-	path string // /api/v1/agent/nodes/<node>
+	path string // <its hub's base URL>/api/v1/agent/nodes/<node>
 
 	mu         sync.Mutex
 	registered bool
@@ -131,8 +134,14 @@ const journalCap = 32
 
 // New checks opts and builds the fleet; nothing is sent before Run.
 func New(opts Options) (*Fleet, error) {
-	if opts.HubURL == "" {
-		return nil, errors.New("fleetsim: no hub URL")
+	bases := opts.HubURLs
+	if len(bases) == 0 {
+		bases = []string{opts.HubURL}
+	}
+	for _, b := range bases {
+		if b == "" {
+			return nil, errors.New("fleetsim: no hub URL")
+		}
 	}
 	if len(opts.Nodes) == 0 {
 		return nil, errors.New("fleetsim: no nodes")
@@ -161,7 +170,6 @@ func New(opts Options) (*Fleet, error) {
 	}
 	f := &Fleet{
 		opts:      opts,
-		base:      strings.TrimRight(opts.HubURL, "/"),
 		queue:     make(chan *simAgent, len(opts.Nodes)),
 		posts:     make(chan struct{}, opts.Posters),
 		log:       opts.Logger.With().Str("component", "fleetsim").Logger(),
@@ -178,7 +186,8 @@ func New(opts Options) (*Fleet, error) {
 			return nil, fmt.Errorf("fleetsim: node %s listed twice", n.ID)
 		}
 		seen[n.ID] = true
-		a := &simAgent{node: n, path: "/api/v1/agent/nodes/" + url.PathEscape(n.ID),
+		base := strings.TrimRight(bases[len(f.agents)%len(bases)], "/")
+		a := &simAgent{node: n, path: base + "/api/v1/agent/nodes/" + url.PathEscape(n.ID),
 			instances: map[string]fleetwave.InstanceStatus{}, seen: map[string]bool{}}
 		f.agents = append(f.agents, a)
 		f.queue <- a
@@ -613,8 +622,9 @@ func retryable(err error) bool {
 	return he.Status >= 500 || he.Status == http.StatusRequestTimeout || he.Status == http.StatusTooManyRequests
 }
 
-// do sends one request with a node's token.
-func (f *Fleet) do(ctx context.Context, token, method, path string, body, out any) error {
+// do sends one request with a node's token; target is its agent's path
+// (simAgent.path) and what follows.
+func (f *Fleet) do(ctx context.Context, token, method, target string, body, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
@@ -628,7 +638,7 @@ func (f *Fleet) do(ctx context.Context, token, method, path string, body, out an
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, f.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}

@@ -178,6 +178,78 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	}
 }
 
+// TestScenarioOnThreeReplicas runs the scenario on three hub processes
+// sharing one redis-server, the agents spread over them: one leads, each
+// serves its third of the fleet, the API probe reads a follower, and every
+// item runs exactly once.
+func TestScenarioOnThreeReplicas(t *testing.T) {
+	bin := fleetwaveBinary(t)
+	var progress bytes.Buffer
+	const n = 600
+	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: 200 * time.Millisecond, Pushes: 1, Seed: 11, Replicas: 3,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RolloutState != fleetwave.RolloutCompleted || res.Completed != n || res.DoneOnce != n || res.Duplicates != 0 {
+		t.Errorf("rollout %s: %s, %d completed, %d exactly once, %d run twice: want completed, %d, %d, 0",
+			res.Rollout, res.RolloutState, res.Completed, res.DoneOnce, res.Duplicates, n, n)
+	}
+	if res.StatusItems != n {
+		t.Errorf("status in git: %d items completed, want %d", res.StatusItems, n)
+	}
+	if len(res.Hubs) != 3 {
+		t.Fatalf("hub figures %+v, want three replicas", res.Hubs)
+	}
+	leaders, agents := 0, 0
+	var largest, results int64
+	for _, h := range res.Hubs {
+		if h.Leader {
+			leaders++
+		}
+		agents += h.Agents
+		results += h.Results
+		largest = max(largest, h.RSSPeak)
+		// each served its third of the fleet: it answered their results
+		// (counted by its own histogram), and spent CPU on them
+		if h.Agents < n/3 || h.Results < int64(n/3) || h.CPU <= 0 || h.RSSPeak <= 0 {
+			t.Errorf("hub %s: %d agents, %d results, %v CPU, %d bytes peak RSS: want its third of %d agents and of their results, CPU and memory measured",
+				h.ID, h.Agents, h.Results, h.CPU, h.RSSPeak, n)
+		}
+	}
+	// each item's one result (the probe BRC's too), answered by one hub
+	if leaders != 1 || agents != n || results < int64(n) {
+		t.Errorf("%d leaders, %d agents and %d results over the replicas, want 1, %d and at least %d", leaders, agents, results, n, n)
+	}
+	if res.HubRSSPeak != largest {
+		t.Errorf("hub peak RSS %d, want the largest replica's %d", res.HubRSSPeak, largest)
+	}
+	// the API probe's reads were answered by a follower (its histogram)
+	if res.Summary.N == 0 || res.Summary.Errors != 0 || res.Summary.HubWithin100ms == nil {
+		t.Errorf("summary reads on a follower: %+v, want answered reads counted by its histogram", res.Summary)
+	}
+	var replicaRows int
+	for _, row := range Rows([]Result{res}) {
+		if strings.Contains(row.Name, "leader's") || strings.Contains(row.Name, "follower's") {
+			replicaRows++
+			if v := row.Values[0]; math.IsNaN(v) || v <= 0 {
+				t.Errorf("row %q: %v, want a measured figure", row.Name, v)
+			}
+		}
+	}
+	if replicaRows != 4 {
+		t.Errorf("%d rows of the leader and the followers, want 4", replicaRows)
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, []Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "600 nodes, 3 hubs") {
+		t.Errorf("table's column does not name the replicas:\n%s", table.String())
+	}
+}
+
 // fakeHub is the agent side of a hub as the wire format says, for the
 // fleet's own behaviour: it queues attempts per node, answers polls,
 // records results and asks each node once for a full report.

@@ -82,6 +82,12 @@ type hubProc struct {
 // hubSettings are the hub.yaml settings a scale run chooses.
 type hubSettings struct {
 	statusInterval, staleAfter, maxPollWait time.Duration
+	// id is the replica's hub_id and names its files (hub-<id>.yaml,
+	// .log, its data dir); "": the one hub of a run (hub.yaml, ...)
+	id string
+	// redis is the hub's redis setting: "" for managed (its own
+	// redis-server), else the URL of the one replicas share
+	redis string
 	// mutexProfile turns on the hub's mutex profile
 	mutexProfile bool
 }
@@ -95,7 +101,11 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
 	}
-	dataDir := filepath.Join(dir, "hub")
+	name := "hub"
+	if set.id != "" {
+		name += "-" + set.id
+	}
+	dataDir := filepath.Join(dir, name)
 	debugPort, err := freeport.Take()
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
@@ -104,9 +114,13 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 	if set.mutexProfile {
 		debug["mutex_profile_fraction"] = mutexProfileFraction
 	}
+	redisSetting := "managed"
+	if set.redis != "" {
+		redisSetting = set.redis
+	}
 	cfg := map[string]any{
 		"repo":        map[string]any{"url": "file://" + remote, "branch": "main", "poll_interval": "30s"},
-		"redis":       "managed",
+		"redis":       redisSetting,
 		"listen":      fmt.Sprintf("127.0.0.1:%d", port),
 		"data_dir":    dataDir,
 		"status":      map[string]any{"interval": set.statusInterval.String()},
@@ -115,15 +129,18 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		"stale_after": set.staleAfter.String(),
 		"debug":       debug,
 	}
+	if set.id != "" {
+		cfg["hub_id"] = set.id
+	}
 	b, err := json.Marshal(cfg) // JSON is YAML
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "hub.yaml")
+	cfgPath := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, "hub.log")
+	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -166,18 +183,23 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 func (h *hubProc) pid() int { return h.cmd.Process.Pid }
 
 // stop sends SIGTERM, then SIGKILL to the group after 20 s.
-func (h *hubProc) stop() {
+func (h *hubProc) stop() { terminate(h.cmd, h.done, 20*time.Second) }
+
+// terminate ends a process started in a group of its own (Setpgid): done
+// closes once it was waited for. SIGTERM first, then SIGKILL to its group
+// after grace.
+func terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
 	select {
-	case <-h.done:
+	case <-done:
 		return
 	default:
 	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-h.done:
-	case <-time.After(20 * time.Second):
-		_ = syscall.Kill(-h.pid(), syscall.SIGKILL)
-		<-h.done
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
 	}
 }
 
@@ -479,6 +501,66 @@ func splitLabels(s string) []string {
 		out = append(out, s[start:])
 	}
 	return out
+}
+
+// sharedRedis is the redis-server that a run's hub replicas share: started
+// as the managed one is (a unix socket, AOF with a sync per write), its
+// socket where redisMemory finds a managed one (<dataDir>/redis/).
+type sharedRedis struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	dataDir string
+}
+
+// url is what the replicas' hub.yaml says of it.
+func (r *sharedRedis) url() string {
+	return "unix://" + filepath.Join(r.dataDir, "redis", "redis.sock")
+}
+
+func startSharedRedis(ctx context.Context, dataDir string) (*sharedRedis, error) {
+	dir := filepath.Join(dataDir, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command("redis-server",
+		"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+		"--dir", dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--daemonize", "no", "--loglevel", "warning", "--logfile", filepath.Join(dir, "redis.log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	r := &sharedRedis{cmd: cmd, done: make(chan struct{}), dataDir: dataDir}
+	go func() { _ = cmd.Wait(); close(r.done) }()
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.Ping(ctx).Err() != nil {
+		select {
+		case <-r.done:
+			return nil, fmt.Errorf("redis-server exited; its log %s ends:\n%s", filepath.Join(dir, "redis.log"), tail(filepath.Join(dir, "redis.log"), 10))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			r.stop()
+			return nil, fmt.Errorf("redis-server not answering on %s", sock)
+		}
+	}
+	return r, nil
+}
+
+// stop ends the server (SIGTERM: it flushes its AOF and exits).
+func (r *sharedRedis) stop() { terminate(r.cmd, r.done, 10*time.Second) }
+
+// isLeader says whether the hub holds the leader lease now (its
+// fleetwave_leader gauge).
+func (h *hubProc) isLeader() (bool, error) {
+	v, err := scrapeSums(h.url, "fleetwave_leader")
+	if err != nil {
+		return false, err
+	}
+	return v["fleetwave_leader"] == 1, nil
 }
 
 // redisMemory reads used_memory and used_memory_peak of the hub's managed

@@ -205,7 +205,7 @@ func Rows(results []Result) []Row {
 			return d[len(d)/2]
 		}
 	}
-	return []Row{
+	rows := []Row{
 		{Name: "agents registered (all, from the fleet's start)", Values: dur(func(r Result) time.Duration { return r.Register }), Unit: unitDuration},
 		{Name: "push -> first dispatch, p50", Values: dur(Result.PushDispatchP50), Unit: unitDuration, Target: 0.2, HasTarget: true},
 		{Name: "push -> first dispatch, max", Values: dur(maxPush), Unit: unitDuration},
@@ -256,7 +256,7 @@ func Rows(results []Result) []Row {
 			return (r.PoolWait / time.Duration(r.PoolWaits)).Seconds()
 		}), Unit: unitDuration, MayBeZero: true},
 		{Name: "  calls for agents that waited for their share of the pool (two thirds)", Values: pool(func(r Result) float64 { return float64(r.AgentCallWaits) }), Unit: unitCount, MayBeZero: true},
-		{Name: "hub CPU during the rollout (cores)", Values: col(func(r Result) float64 {
+		{Name: hubCPURow, Values: col(func(r Result) float64 {
 			if r.RolloutWall <= 0 {
 				return math.NaN()
 			}
@@ -278,6 +278,65 @@ func Rows(results []Result) []Row {
 		{Name: "items completed", Values: col(func(r Result) float64 { return float64(r.Completed) }), Unit: unitCount},
 		{Name: "  of which by their one attempt's result (the others: by the node's report)", Values: col(func(r Result) float64 { return float64(r.DoneOnce) }), Unit: unitCount},
 		{Name: "items run twice (two successes taken)", Values: col(func(r Result) float64 { return float64(r.Duplicates) }), Unit: unitCount, Target: 0, HasTarget: true},
+	}
+	// the replicas' rows follow the CPU of all hubs
+	at := slices.IndexFunc(rows, func(r Row) bool { return r.Name == hubCPURow }) + 1
+	return slices.Insert(rows, at, replicaRows(results, col)...)
+}
+
+// hubCPURow is the row of the hub's CPU (with replicas, theirs together).
+const hubCPURow = "hub CPU during the rollout (cores)"
+
+// column names a result's column: its size, and its hubs when several.
+func (r Result) column() string {
+	if len(r.Hubs) > 1 {
+		return fmt.Sprintf("%d nodes, %d hubs", r.Nodes, len(r.Hubs))
+	}
+	return fmt.Sprintf("%d nodes", r.Nodes)
+}
+
+// replicaRows are the rows of a report holding a run of several hub
+// replicas (none otherwise): how the leader's work and the followers'
+// compare. A run of one hub shows none.
+func replicaRows(results []Result, col func(func(Result) float64) []float64) []Row {
+	if !slices.ContainsFunc(results, func(r Result) bool { return len(r.Hubs) > 1 }) {
+		return nil
+	}
+	// of the leader (the hub that led at the end) or of the followers
+	pick := func(leader bool, f func(Result, []HubFigures) float64) []float64 {
+		return col(func(r Result) float64 {
+			var hs []HubFigures
+			for _, h := range r.Hubs {
+				if h.Leader == leader {
+					hs = append(hs, h)
+				}
+			}
+			if len(hs) == 0 || r.RolloutWall <= 0 {
+				return math.NaN()
+			}
+			return f(r, hs)
+		})
+	}
+	cores := func(r Result, hs []HubFigures) float64 {
+		var cpu time.Duration
+		for _, h := range hs {
+			cpu += h.CPU
+		}
+		return cpu.Seconds() / r.RolloutWall.Seconds() / float64(len(hs))
+	}
+	rss := func(_ Result, hs []HubFigures) float64 {
+		var m int64
+		for _, h := range hs {
+			m = max(m, h.RSSPeak)
+		}
+		return float64(m)
+	}
+	return []Row{
+		{Name: "hub replicas sharing one Redis (agents spread evenly; the API probe reads a follower; CPU above: theirs together, peak RSS: the largest)", Values: col(func(r Result) float64 { return float64(max(1, len(r.Hubs))) }), Unit: unitCount},
+		{Name: "  the leader's CPU during the rollout (cores)", Values: pick(true, cores), Unit: unitRatio},
+		{Name: "  a follower's CPU during the rollout (cores, their mean)", Values: pick(false, cores), Unit: unitRatio},
+		{Name: "  the leader's peak RSS", Values: pick(true, rss), Unit: unitBytes},
+		{Name: "  a follower's peak RSS (the largest)", Values: pick(false, rss), Unit: unitBytes},
 	}
 }
 
@@ -304,7 +363,7 @@ func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	head := []string{"measure"}
 	for _, r := range results {
-		head = append(head, fmt.Sprintf("%d nodes", r.Nodes))
+		head = append(head, r.column())
 	}
 	head = append(head, "target", "growth", "baseline")
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
@@ -329,7 +388,7 @@ func Markdown(results []Result) string {
 	var sb strings.Builder
 	sb.WriteString("| measure |")
 	for _, r := range results {
-		fmt.Fprintf(&sb, " %d nodes |", r.Nodes)
+		fmt.Fprintf(&sb, " %s |", r.column())
 	}
 	sb.WriteString(" target | growth | baseline |\n|---|")
 	for range results {

@@ -66,7 +66,28 @@ type Scenario struct {
 	Logger  zerolog.Logger
 	// Progress receives one line per phase (nil: none).
 	Progress io.Writer
+	// Replicas, above 1, runs that many hubs sharing one redis-server
+	// (started as the managed one is) instead of one hub with its managed
+	// Redis: the first leads, the agents are spread over all of them, and
+	// the probes' agent and the API probe use the last, a follower.
+	Replicas int
 }
+
+// HubFigures are one hub replica's figures in a run of several.
+type HubFigures struct {
+	ID string
+	// Leader: it held the leader lease at the end of the run
+	Leader bool
+	// Agents is how many agents it served (the probes' included), Results
+	// how many attempt results it answered (its histogram of the route)
+	Agents  int
+	Results int64
+	CPU     time.Duration // during the rollout, as Result.HubCPU
+	RSSPeak int64         // bytes (VmHWM)
+}
+
+// resultRoute is the hub's histogram of the agents' results.
+const resultRoute = `fleetwave_http_request_duration_seconds{route="POST /api/v1/agent/nodes/{node}/attempts/{attempt}/result"}`
 
 // Latency is a sample of request latencies.
 type Latency struct {
@@ -145,8 +166,8 @@ type Result struct {
 	PoolMeasured   bool          `json:",omitempty"`
 	Makespan       time.Duration // the rollout's first dispatch -> its last item completed
 	Ideal          time.Duration // ceil(Nodes/MaxConcurrent) x ActionDuration
-	HubRSSPeak     int64         // bytes (VmHWM)
-	HubCPU         time.Duration // hub CPU time during the rollout
+	HubRSSPeak     int64         // bytes (VmHWM); the largest replica's
+	HubCPU         time.Duration // hub CPU time during the rollout; every replica's
 	RolloutWall    time.Duration // the rollout's wall time for HubCPU (push -> last result)
 	Waves          Waves         // the makespan wave by wave, as the fleet saw it
 	RedisUsed      int64
@@ -192,6 +213,9 @@ type Result struct {
 	// summary and the rollout's page while the rollout ran (N is 0 in the
 	// runs recorded before it was).
 	Healthz Latency `json:",omitzero"`
+	// Hubs are each replica's figures when the run had several
+	// (Scenario.Replicas), in the order they started
+	Hubs []HubFigures `json:",omitempty"`
 }
 
 // PushStage splits one push -> first dispatch into the hub's stages, each
@@ -426,14 +450,68 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	hub, err := startHub(ctx, sc.Bin, dir, remote, hashes, hubSettings{statusInterval: sc.StatusInterval, staleAfter: StaleAfter(sc.Nodes),
-		maxPollWait: max(30*time.Second, PollWait(sc.Nodes)), mutexProfile: sc.MutexProfile != ""}, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
-	if err != nil {
-		return res, err
+	settings := hubSettings{statusInterval: sc.StatusInterval, staleAfter: StaleAfter(sc.Nodes),
+		maxPollWait: max(30*time.Second, PollWait(sc.Nodes)), mutexProfile: sc.MutexProfile != ""}
+	redisDir := "" // the data dir holding redis/redis.sock (redisMemory)
+	var hubs []*hubProc
+	if sc.Replicas > 1 {
+		shared, err := startSharedRedis(ctx, filepath.Join(dir, "redis-shared"))
+		if err != nil {
+			return res, err
+		}
+		defer shared.stop() // after the hubs (deferred below)
+		redisDir, settings.redis = shared.dataDir, shared.url()
 	}
-	defer hub.stop()
-	say("hub ready at %s (pid %d, log %s)", hub.url, hub.pid(), hub.log)
-	stacks0, err := hub.stacks(ctx)
+	for k := range max(1, sc.Replicas) {
+		set := settings
+		if sc.Replicas > 1 {
+			set.id = string(rune('a' + k))
+		}
+		h, err := startHub(ctx, sc.Bin, dir, remote, hashes, set, 2*time.Minute+time.Duration(sc.Nodes)*time.Millisecond, sc.HubLogLevel)
+		if err != nil {
+			return res, err
+		}
+		defer h.stop()
+		hubs = append(hubs, h)
+		name := "hub"
+		if set.id != "" {
+			name += " " + set.id
+		}
+		say("%s ready at %s (pid %d, log %s)", name, h.url, h.pid(), h.log)
+		if k == 0 && sc.Replicas > 1 {
+			// the first leads: the others start once it holds the lease
+			if err := waitFor(ctx, time.Minute, func() bool { ok, _ := h.isLeader(); return ok }); err != nil {
+				return res, fmt.Errorf("hub %s never led: %w", set.id, err)
+			}
+		}
+	}
+	// hub is the leader (the one hub, or the first replica), front the
+	// hub the probes' agent and the API probe use (the last: a follower
+	// when there are replicas)
+	hub, front := hubs[0], hubs[len(hubs)-1]
+	if redisDir == "" {
+		redisDir = hub.dataDir
+	}
+	stacksOf := func() (int64, error) {
+		var sum int64
+		for _, h := range hubs {
+			st, err := h.stacks(ctx)
+			if err != nil {
+				return 0, err
+			}
+			sum += st
+		}
+		return sum, nil
+	}
+	cpuOf := func() []time.Duration {
+		out := make([]time.Duration, len(hubs))
+		for i, h := range hubs {
+			st, _ := readProc(h.pid())
+			out[i] = st.CPU
+		}
+		return out
+	}
+	stacks0, err := stacksOf()
 	if err != nil {
 		return res, fmt.Errorf("hub stacks: %w", err)
 	}
@@ -444,14 +522,18 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if nodes[0].ID != probeNode {
 		return res, fmt.Errorf("the first node is %s, not the probes' %s", nodes[0].ID, probeNode)
 	}
-	probeAgent, err := startAgentProc(ctx, sc.Bin, dir, hub.url, nodes[0], sc.Duration, PollWait(sc.Nodes), ReportEvery(sc.Nodes), sc.Seed, tr.attempt, tr.result)
+	probeAgent, err := startAgentProc(ctx, sc.Bin, dir, front.url, nodes[0], sc.Duration, PollWait(sc.Nodes), ReportEvery(sc.Nodes), sc.Seed, tr.attempt, tr.result)
 	if err != nil {
 		return res, err
 	}
 	stopAgent := sync.OnceValue(probeAgent.stop)
 	defer stopAgent()
+	var urls []string
+	for _, h := range hubs {
+		urls = append(urls, h.url)
+	}
 	fleet, err := New(Options{
-		HubURL: hub.url, Nodes: nodes[1:], Duration: sc.Duration, Pollers: sc.Pollers, Posters: sc.Posters, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
+		HubURLs: urls, Nodes: nodes[1:], Duration: sc.Duration, Pollers: sc.Pollers, Posters: sc.Posters, H2C: sc.H2C, LocalAddrs: sc.LocalAddrs,
 		Seed: uint64(sc.Seed), OnAttempt: tr.attempt, OnResult: tr.result, Logger: sc.Logger,
 		// full reports as a real agent sends them: an attempt the hub
 		// counted lost (a late result) is settled by the next report
@@ -478,7 +560,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	say("%d agents registered in %v (%d pollers)", sc.Nodes, res.Register.Round(time.Millisecond), res.Pollers)
 
 	// the fleet-wide rollout and the first probe, in one push
-	cpu0, _ := readProc(hub.pid())
+	cpu0 := cpuOf()
 	pool0, err := scrapeSums(hub.url, poolSeries...)
 	if err != nil {
 		return res, err
@@ -516,7 +598,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	// that starts before the push, as a console open when it lands: its
 	// reads before the first dispatch are not counted
 	wantMain := mainBRC + "-g1" // the trigger's first generation
-	probe, err := startProbe(ctx, sc.Bin, hub.url, wantMain)
+	probe, err := startProbe(ctx, sc.Bin, front.url, wantMain)
 	if err != nil {
 		return res, err
 	}
@@ -537,7 +619,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("rollout %s, where the API probe reads %s", mainID, wantMain)
 	}
 	probe.samples.countFrom(firstMain)
-	routes0, err := scrapeHistograms(hub.url, apiRoutes...)
+	routes0, err := scrapeHistograms(front.url, apiRoutes...)
 	if err != nil {
 		return res, err
 	}
@@ -564,7 +646,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 				return
 			}
 			seen, rollout, _ := tr.probe(version)
-			stage := pushStages(ctx, hub.url, rollout, at, seen)
+			stage := pushStages(ctx, hub.url, rollout, at, seen) // the leader applies the push
 			probeMu.Lock()
 			res.PushDispatch = append(res.PushDispatch, seen.Sub(at))
 			res.PushStages = append(res.PushStages, stage)
@@ -580,10 +662,12 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	waitErr := waitFor(ctx, sc.Timeout, finished)
 	_, _, done, _, last := tr.main()
-	cpu1, _ := readProc(hub.pid())
+	cpu1 := cpuOf()
 	res.Makespan = last.Sub(firstMain)
 	res.RolloutWall = last.Sub(pushed)
-	res.HubCPU = cpu1.CPU - cpu0.CPU
+	for i := range hubs {
+		res.HubCPU += cpu1[i] - cpu0[i]
+	}
 	if waitErr != nil {
 		return res, fmt.Errorf("rollout %s: %d of %d items done: %w", mainID, done, sc.Nodes, waitErr)
 	}
@@ -602,7 +686,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.Summary, res.RolloutPage = probe.samples.latency("summary"), probe.samples.latency("rollout")
 	res.SummaryPlain, res.RolloutPagePlain = probe.samples.latency("summary-plain"), probe.samples.latency("rollout-plain")
 	res.Healthz = probe.samples.latency("healthz")
-	routes, err := scrapeHistograms(hub.url, apiRoutes...)
+	routes, err := scrapeHistograms(front.url, apiRoutes...)
 	if err != nil {
 		return res, err
 	}
@@ -649,7 +733,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.ReconcileSteps = stepMeans(hs, "fleetwave_reconcile_step_seconds", reconcileStepNames)
 
 	// the rollout as the API tells it, against what the fleet ran
-	rollout, items, err := readRollout(ctx, &http.Client{Timeout: time.Minute}, hub.url, mainID)
+	rollout, items, err := readRollout(ctx, &http.Client{Timeout: time.Minute}, front.url, mainID)
 	if err != nil {
 		return res, err
 	}
@@ -686,14 +770,34 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, err
 	}
 	say("baseline: the git CLI wrote, committed and pushed %d status documents in %v", res.GitCLIFiles, res.GitCLIStatus.Round(time.Millisecond))
-	st, err := readProc(hub.pid())
-	if err != nil {
-		return res, fmt.Errorf("hub process: %w", err)
+	for i, h := range hubs {
+		st, err := readProc(h.pid())
+		if err != nil {
+			return res, fmt.Errorf("hub process: %w", err)
+		}
+		res.HubRSSPeak = max(res.HubRSSPeak, st.HWM)
+		if sc.Replicas > 1 {
+			leads, err := h.isLeader()
+			if err != nil {
+				return res, fmt.Errorf("hub %s: %w", h.url, err)
+			}
+			agents := (sc.Nodes - 1 + len(hubs) - 1 - i) / len(hubs) // fleet.New's spread
+			if h == front {
+				agents++ // the probes' node
+			}
+			hs, err := scrapeHistograms(h.url, resultRoute)
+			if err != nil {
+				return res, fmt.Errorf("hub %s: %w", h.url, err)
+			}
+			fig := HubFigures{ID: string(rune('a' + i)), Leader: leads, Agents: agents, Results: int64(hs[resultRoute].Count), CPU: cpu1[i] - cpu0[i], RSSPeak: st.HWM}
+			res.Hubs = append(res.Hubs, fig)
+			say("hub %s: leader %v, %d agents, %d results answered, %.2f cores during the rollout, peak RSS %d MiB", fig.ID, leads, agents, fig.Results,
+				fig.CPU.Seconds()/res.RolloutWall.Seconds(), st.HWM>>20)
+		}
 	}
-	res.HubRSSPeak = st.HWM
 	// every poller of the fleet holds a poll now (results and reports
-	// aside): the stacks they cost the hub
-	stacks, err := hub.stacks(ctx)
+	// aside): the stacks they cost the hubs
+	stacks, err := stacksOf()
 	if err != nil {
 		return res, fmt.Errorf("hub stacks: %w", err)
 	}
@@ -713,7 +817,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		}
 		say("mutex profile of the hub written to %s (go tool pprof -top %s)", sc.MutexProfile, sc.MutexProfile)
 	}
-	if res.RedisUsed, res.RedisPeak, err = redisMemory(ctx, hub.dataDir); err != nil {
+	if res.RedisUsed, res.RedisPeak, err = redisMemory(ctx, redisDir); err != nil {
 		return res, err
 	}
 	res.Fleet = fleet.Stats()
