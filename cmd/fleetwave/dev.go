@@ -46,6 +46,7 @@ type simFlags struct {
 	heapDir    string
 	mutexDir   string
 	replicas   int
+	killLeader bool
 }
 
 func (f *simFlags) register(cmd *cobra.Command) {
@@ -60,6 +61,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.hubLog, "hub-log-level", "warn", "log level of the hub this command starts (info logs every attempt and result)")
 	cmd.Flags().StringVar(&f.heapDir, "heap-profile", "", "directory for the heap profile of the hub this command starts, taken once the rollout is done (heap-<nodes>.pprof; read with go tool pprof -top -inuse_space)")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "hub replicas this command starts, sharing one redis-server: the first leads, the agents are spread over all, the API probe reads the last")
+	cmd.Flags().BoolVar(&f.killLeader, "kill-leader", false, "with --replicas: kill the leading hub (SIGKILL) once half the rollout is done, and measure the takeover")
 	cmd.Flags().StringVar(&f.mutexDir, "mutex-profile", "", "directory for the mutex profile of the hub this command starts (its lock waits over the whole run, one in ten sampled), taken once the rollout is done (mutex-<nodes>.pprof; read with go tool pprof -top)")
 }
 
@@ -135,7 +137,7 @@ repository of N nodes), rolls a block out to every node and prints the scale rep
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: nodes, Duration: sf.duration, Pollers: sf.pollers,
 					H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog, StatusInterval: sf.statusInt,
 					Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(nodes),
-					MutexProfile: sf.mutexProfile(nodes), Replicas: sf.replicas})
+					MutexProfile: sf.mutexProfile(nodes), Replicas: sf.replicas, KillLeader: sf.killLeader})
 				if err != nil {
 					return err
 				}
@@ -378,7 +380,7 @@ up to 15,000 nodes (a connection per poll), h2c above.`,
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: n, Dir: dir, Keep: keep, Duration: duration,
 					Pollers: pollers, Posters: sf.posters, H2C: h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
 					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n),
-					MutexProfile: sf.mutexProfile(n), Timeout: timeout, Replicas: sf.replicas})
+					MutexProfile: sf.mutexProfile(n), Timeout: timeout, Replicas: sf.replicas, KillLeader: sf.killLeader})
 				if err != nil {
 					// the sizes measured so far are still reported
 					failed = fmt.Errorf("%d nodes: %w", n, err)
@@ -429,17 +431,28 @@ func mergeResults(path string, fresh []fleetsim.Result) ([]fleetsim.Result, erro
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	// a run replaces the one of its size and number of hubs
-	type shape struct{ nodes, hubs int }
+	// a run replaces the one of its size, number of hubs and failover
+	type shape struct {
+		nodes, hubs int
+		killed      bool
+	}
 	bySize := map[shape]fleetsim.Result{}
 	for _, r := range append(kept, fresh...) {
-		bySize[shape{r.Nodes, len(r.Hubs)}] = r
+		bySize[shape{r.Nodes, len(r.Hubs), r.Failover != nil}] = r
 	}
 	out := make([]fleetsim.Result, 0, len(bySize))
 	for _, r := range bySize {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b fleetsim.Result) int { return cmp.Or(a.Nodes-b.Nodes, len(a.Hubs)-len(b.Hubs)) })
+	killed := func(r fleetsim.Result) int {
+		if r.Failover != nil {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(out, func(a, b fleetsim.Result) int {
+		return cmp.Or(a.Nodes-b.Nodes, len(a.Hubs)-len(b.Hubs), killed(a)-killed(b))
+	})
 	b, err = json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,8 +34,9 @@ type Options struct {
 	// HubURL is the hub's base URL (http://host:port).
 	HubURL string
 	// HubURLs, when given, are the base URLs of hub replicas sharing one
-	// Redis: the k-th node's agent talks to HubURLs[k mod len] only, as
-	// agents behind a load balancer each keep to one replica.
+	// Redis: the k-th node's agent talks to HubURLs[k mod len], as agents
+	// behind a load balancer each keep to one replica, and moves to the
+	// next replica when its own refuses connections (it is down).
 	HubURLs []string
 	Nodes   []Node
 	// Duration is how long an action "runs" (default 1s); each attempt
@@ -93,6 +95,7 @@ type Stats struct {
 // of pollers. Create it with New, then call Run.
 type Fleet struct {
 	opts   Options
+	bases  []string // the hubs' base URLs
 	client *http.Client
 	agents []*simAgent
 	queue  chan *simAgent
@@ -113,7 +116,8 @@ type Fleet struct {
 // simAgent is one node's agent: its state only, no goroutine.
 type simAgent struct {
 	node Node
-	path string // <its hub's base URL>/api/v1/agent/nodes/<node>
+	path string       // /api/v1/agent/nodes/<node>, after its hub's base URL
+	hub  atomic.Int32 // its hub: Fleet.bases[hub]
 
 	mu         sync.Mutex
 	registered bool
@@ -170,11 +174,15 @@ func New(opts Options) (*Fleet, error) {
 	}
 	f := &Fleet{
 		opts:      opts,
+		bases:     make([]string, len(bases)),
 		queue:     make(chan *simAgent, len(opts.Nodes)),
 		posts:     make(chan struct{}, opts.Posters),
 		log:       opts.Logger.With().Str("component", "fleetsim").Logger(),
 		rng:       rand.New(rand.NewPCG(opts.Seed, 0x5ca1e)),
 		successes: map[string]int{},
+	}
+	for i, b := range bases {
+		f.bases[i] = strings.TrimRight(b, "/")
 	}
 	f.client = &http.Client{Transport: newTransport(opts)}
 	seen := map[string]bool{}
@@ -186,9 +194,9 @@ func New(opts Options) (*Fleet, error) {
 			return nil, fmt.Errorf("fleetsim: node %s listed twice", n.ID)
 		}
 		seen[n.ID] = true
-		base := strings.TrimRight(bases[len(f.agents)%len(bases)], "/")
-		a := &simAgent{node: n, path: base + "/api/v1/agent/nodes/" + url.PathEscape(n.ID),
+		a := &simAgent{node: n, path: "/api/v1/agent/nodes/" + url.PathEscape(n.ID),
 			instances: map[string]fleetwave.InstanceStatus{}, seen: map[string]bool{}}
+		a.hub.Store(int32(len(f.agents) % len(bases)))
 		f.agents = append(f.agents, a)
 		f.queue <- a
 	}
@@ -403,7 +411,7 @@ func (f *Fleet) serve(ctx context.Context, a *simAgent, wait time.Duration) erro
 	due := a.wantReport || (f.opts.ReportEvery > 0 && time.Now().After(a.nextReport))
 	a.mu.Unlock()
 	if !registered {
-		if err := f.do(ctx, a.node.Token, http.MethodPost, a.path+"/register", f.report(a), nil); err != nil {
+		if err := f.do(ctx, a, http.MethodPost, "/register", f.report(a), nil); err != nil {
 			return fmt.Errorf("register: %w", err)
 		}
 		a.mu.Lock()
@@ -412,7 +420,7 @@ func (f *Fleet) serve(ctx context.Context, a *simAgent, wait time.Duration) erro
 		a.mu.Unlock()
 		f.registered.Add(1)
 	} else if due {
-		if err := f.do(ctx, a.node.Token, http.MethodPost, a.path+"/report", f.report(a), nil); err != nil {
+		if err := f.do(ctx, a, http.MethodPost, "/report", f.report(a), nil); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 		a.mu.Lock()
@@ -428,9 +436,9 @@ func (f *Fleet) serve(ctx context.Context, a *simAgent, wait time.Duration) erro
 	a.mu.Lock()
 	rc := fleetwave.Receipt{Delivered: a.delivered, Resume: !a.polled}
 	a.mu.Unlock()
-	u := a.path + "/attempts?wait=" + url.QueryEscape(wait.String()) + rc.Query()
+	u := "/attempts?wait=" + url.QueryEscape(wait.String()) + rc.Query()
 	pctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
-	err := f.do(pctx, a.node.Token, http.MethodGet, u, nil, &out)
+	err := f.do(pctx, a, http.MethodGet, u, nil, &out)
 	cancel()
 	if err != nil {
 		f.pollErrors.Add(1)
@@ -518,7 +526,7 @@ func (f *Fleet) finish(ctx context.Context, a *simAgent, att fleetwave.Attempt) 
 		res.Class, res.ExitCode, res.Output = fleetwave.ResultTransient, 1, "simulated transient failure"
 	}
 	res.Instance = a.apply(att, res.Class == fleetwave.ResultSuccess, time.Now().UTC())
-	err := f.post(ctx, a.node.Token, a.path+"/attempts/"+url.PathEscape(att.ID)+"/result", res)
+	err := f.post(ctx, a, "/attempts/"+url.PathEscape(att.ID)+"/result", res)
 	switch {
 	case err == nil:
 		switch res.Class {
@@ -584,7 +592,7 @@ func (a *simAgent) apply(att fleetwave.Attempt, success bool, now time.Time) *fl
 
 // post sends body with at most Posters posts at once, retrying what may
 // succeed later for up to a minute.
-func (f *Fleet) post(ctx context.Context, token, path string, body any) error {
+func (f *Fleet) post(ctx context.Context, a *simAgent, path string, body any) error {
 	select {
 	case f.posts <- struct{}{}:
 	case <-ctx.Done():
@@ -594,7 +602,7 @@ func (f *Fleet) post(ctx context.Context, token, path string, body any) error {
 	deadline := time.Now().Add(time.Minute)
 	wait := 100 * time.Millisecond
 	for {
-		err := f.do(ctx, token, http.MethodPost, path, body, nil)
+		err := f.do(ctx, a, http.MethodPost, path, body, nil)
 		if err == nil || !retryable(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
@@ -622,9 +630,20 @@ func retryable(err error) bool {
 	return he.Status >= 500 || he.Status == http.StatusRequestTimeout || he.Status == http.StatusTooManyRequests
 }
 
-// do sends one request with a node's token; target is its agent's path
-// (simAgent.path) and what follows.
-func (f *Fleet) do(ctx context.Context, token, method, target string, body, out any) error {
+// do sends one request of agent a to its hub (path follows the agent's
+// own, simAgent.path) with its token. A hub that refuses the connection is
+// down: the agent moves to the next one for its next request.
+func (f *Fleet) do(ctx context.Context, a *simAgent, method, path string, body, out any) error {
+	hub := a.hub.Load()
+	err := f.send(ctx, a.node.Token, method, f.bases[hub]+a.path+path, body, out)
+	if errors.Is(err, syscall.ECONNREFUSED) && len(f.bases) > 1 {
+		a.hub.CompareAndSwap(hub, (hub+1)%int32(len(f.bases)))
+	}
+	return err
+}
+
+// send sends one request with a node's token.
+func (f *Fleet) send(ctx context.Context, token, method, target string, body, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)

@@ -250,6 +250,70 @@ func TestScenarioOnThreeReplicas(t *testing.T) {
 	}
 }
 
+// TestScenarioSurvivesTheLeadersKill kills the leading replica (SIGKILL)
+// halfway through the rollout: its agents move to the next replica, a
+// follower leads within the lease TTL (with a margin for a loaded
+// machine), its own fence dispatches the rest, and no item runs twice.
+// The rollout outlasts the dead leader's lease (20 waves of a second, the
+// kill after 10, a lease of 6 s): results on the followers start waves
+// under that lease while it is valid, and only the new leader's after.
+func TestScenarioSurvivesTheLeadersKill(t *testing.T) {
+	bin := fleetwaveBinary(t)
+	var progress bytes.Buffer
+	const n = 600
+	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: time.Second, MaxConcurrent: 30, Pushes: 1, Seed: 13, Replicas: 3, KillLeader: true,
+		LeaseTTL: 6 * time.Second,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RolloutState != fleetwave.RolloutCompleted || res.Completed != n || res.Duplicates != 0 || res.StatusItems != n {
+		t.Errorf("rollout %s: %s, %d completed, %d run twice, %d completed in Git: want completed, %d, 0, %d",
+			res.Rollout, res.RolloutState, res.Completed, res.Duplicates, res.StatusItems, n, n)
+	}
+	fo := res.Failover
+	if fo == nil {
+		t.Fatal("no failover measured")
+	}
+	if fo.DoneAtKill < n/2 || fo.DoneAtKill >= n {
+		t.Errorf("killed at %d items done, want half of %d", fo.DoneAtKill, n)
+	}
+	if fo.NewLeader == "" || fo.Takeover <= 0 || fo.Takeover > 2*fo.LeaseTTL {
+		t.Errorf("new leader %q after %v: want a follower within the lease TTL %v (twice it on a loaded machine)", fo.NewLeader, fo.Takeover, fo.LeaseTTL)
+	}
+	// the rest was dispatched under the new leader's fence, once it led
+	// (seen within the 100 ms its gauge is read at)
+	if fo.FirstDispatch <= 0 || fo.FirstDispatch+time.Second < fo.Takeover {
+		t.Errorf("the new leader's first attempt %v after the kill, it led after %v: want one, once it led", fo.FirstDispatch, fo.Takeover)
+	}
+	leaders, killed := 0, 0
+	for _, h := range res.Hubs {
+		if h.Leader {
+			leaders++
+			if h.ID != fo.NewLeader || h.Killed {
+				t.Errorf("hub %s leads at the end, killed %v; the failover says %s", h.ID, h.Killed, fo.NewLeader)
+			}
+		}
+		if h.Killed {
+			killed++
+		}
+		if h.Results == 0 {
+			t.Errorf("hub %s answered no result: each served its agents (the killed one until it died)", h.ID)
+		}
+	}
+	if leaders != 1 || killed != 1 {
+		t.Errorf("%d leaders at the end and %d hubs killed, want 1 and 1", leaders, killed)
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, []Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "leader killed") || !strings.Contains(table.String(), "a follower leads after") {
+		t.Errorf("table lacks the failover's column or rows:\n%s", table.String())
+	}
+}
+
 // fakeHub is the agent side of a hub as the wire format says, for the
 // fleet's own behaviour: it queues attempts per node, answers polls,
 // records results and asks each node once for a full report.

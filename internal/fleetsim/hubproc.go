@@ -68,6 +68,7 @@ func Tokens(ids []string) ([]Node, map[string]string, error) {
 
 // hubProc is a `fleetwave serve` child process in its own process group.
 type hubProc struct {
+	id      string // its hub_id ("" for the one hub of a run)
 	cmd     *exec.Cmd
 	done    chan struct{}
 	url     string
@@ -79,6 +80,10 @@ type hubProc struct {
 
 // startHub writes hub.yaml into dir and starts the hub on it; it returns
 // once /readyz answers 200 (or fails after timeout).
+// hubLeaseTTL is the hubs' lease_ttl unless a scenario says otherwise: a
+// follower takes over within it once the leader is gone.
+const hubLeaseTTL = 15 * time.Second
+
 // hubSettings are the hub.yaml settings a scale run chooses.
 type hubSettings struct {
 	statusInterval, staleAfter, maxPollWait time.Duration
@@ -90,6 +95,8 @@ type hubSettings struct {
 	redis string
 	// mutexProfile turns on the hub's mutex profile
 	mutexProfile bool
+	// leaseTTL is the hub's lease_ttl
+	leaseTTL time.Duration
 }
 
 // mutexProfileFraction is the hub's debug.mutex_profile_fraction when a
@@ -125,7 +132,7 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		"data_dir":    dataDir,
 		"status":      map[string]any{"interval": set.statusInterval.String()},
 		"agents":      map[string]any{"tokens": tokens, "max_poll_wait": set.maxPollWait.String()},
-		"lease_ttl":   "15s",
+		"lease_ttl":   set.leaseTTL.String(),
 		"stale_after": set.staleAfter.String(),
 		"debug":       debug,
 	}
@@ -153,7 +160,7 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start hub: %w", err)
 	}
-	h := &hubProc{cmd: cmd, done: make(chan struct{}), url: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, log: logPath,
+	h := &hubProc{id: set.id, cmd: cmd, done: make(chan struct{}), url: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, log: logPath,
 		debugURL: fmt.Sprintf("http://127.0.0.1:%d", debugPort)}
 	go func() { _ = cmd.Wait(); close(h.done) }()
 	deadline := time.Now().Add(timeout)
@@ -552,6 +559,13 @@ func startSharedRedis(ctx context.Context, dataDir string) (*sharedRedis, error)
 
 // stop ends the server (SIGTERM: it flushes its AOF and exits).
 func (r *sharedRedis) stop() { terminate(r.cmd, r.done, 10*time.Second) }
+
+// results is how many attempt results the hub answered (its histogram of
+// the route).
+func (h *hubProc) results() (int64, error) {
+	hs, err := scrapeHistograms(h.url, resultRoute)
+	return int64(hs[resultRoute].Count), err
+}
 
 // isLeader says whether the hub holds the leader lease now (its
 // fleetwave_leader gauge).

@@ -289,6 +289,9 @@ const hubCPURow = "hub CPU during the rollout (cores)"
 
 // column names a result's column: its size, and its hubs when several.
 func (r Result) column() string {
+	if r.Failover != nil {
+		return fmt.Sprintf("%d nodes, %d hubs, leader killed", r.Nodes, len(r.Hubs))
+	}
 	if len(r.Hubs) > 1 {
 		return fmt.Sprintf("%d nodes, %d hubs", r.Nodes, len(r.Hubs))
 	}
@@ -331,13 +334,28 @@ func replicaRows(results []Result, col func(func(Result) float64) []float64) []R
 		}
 		return float64(m)
 	}
-	return []Row{
+	rows := []Row{
 		{Name: "hub replicas sharing one Redis (agents spread evenly; the API probe reads a follower; CPU above: theirs together, peak RSS: the largest)", Values: col(func(r Result) float64 { return float64(max(1, len(r.Hubs))) }), Unit: unitCount},
 		{Name: "  the leader's CPU during the rollout (cores)", Values: pick(true, cores), Unit: unitRatio},
 		{Name: "  a follower's CPU during the rollout (cores, their mean)", Values: pick(false, cores), Unit: unitRatio},
 		{Name: "  the leader's peak RSS", Values: pick(true, rss), Unit: unitBytes},
 		{Name: "  a follower's peak RSS (the largest)", Values: pick(false, rss), Unit: unitBytes},
 	}
+	if !slices.ContainsFunc(results, func(r Result) bool { return r.Failover != nil }) {
+		return rows
+	}
+	failover := func(f func(*Failover) time.Duration) []float64 {
+		return col(func(r Result) float64 {
+			if r.Failover == nil {
+				return math.NaN()
+			}
+			return f(r.Failover).Seconds()
+		})
+	}
+	return append(rows,
+		Row{Name: "  leader killed (SIGKILL) at half the rollout: a follower leads after (target: the lease TTL, 15 s)", Values: failover(func(f *Failover) time.Duration { return f.Takeover }),
+			Unit: unitDuration, Target: hubLeaseTTL.Seconds(), HasTarget: true},
+		Row{Name: "  the new leader's first attempt received by an agent, after the kill", Values: failover(func(f *Failover) time.Duration { return f.FirstDispatch }), Unit: unitDuration})
 }
 
 // share is a measured share, NaN when not measured.

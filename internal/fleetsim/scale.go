@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -71,6 +72,12 @@ type Scenario struct {
 	// Redis: the first leads, the agents are spread over all of them, and
 	// the probes' agent and the API probe use the last, a follower.
 	Replicas int
+	// KillLeader, with Replicas, kills the leading hub (SIGKILL) once half
+	// the rollout's items are done: its agents move to the next replica,
+	// a follower takes the lease, and the run measures how long that took.
+	KillLeader bool
+	// LeaseTTL is the hubs' lease_ttl (default 15 s).
+	LeaseTTL time.Duration
 }
 
 // HubFigures are one hub replica's figures in a run of several.
@@ -84,6 +91,69 @@ type HubFigures struct {
 	Results int64
 	CPU     time.Duration // during the rollout, as Result.HubCPU
 	RSSPeak int64         // bytes (VmHWM)
+	// Killed: the run killed it (Scenario.KillLeader); its figures are
+	// those read just before
+	Killed bool `json:",omitempty"`
+}
+
+// Failover is what a run that killed its leader measured (Scenario.KillLeader).
+type Failover struct {
+	// DoneAtKill is how many of the rollout's items were done then
+	DoneAtKill int
+	// Takeover runs from the kill to a follower's fleetwave_leader gauge
+	// saying it leads (read every 100 ms); FirstDispatch to the first
+	// attempt of a higher fence received by an agent
+	Takeover, FirstDispatch time.Duration
+	// LeaseTTL is the hubs' lease_ttl, the bound a takeover is held to
+	LeaseTTL time.Duration
+	// NewLeader is the replica that took over
+	NewLeader string
+
+	at    time.Time // the kill
+	fence int64     // the highest fence received before it
+	stat  procStat  // the killed hub's, read just before
+}
+
+// killLeader kills the leading hub (SIGKILL to its group, as a crash) and
+// waits until a follower leads. It returns what it measured, the hub it
+// killed and how many results that hub had answered.
+func killLeader(ctx context.Context, hubs []*hubProc, ttl time.Duration, tr *tracker, done int) (*Failover, *hubProc, int64, error) {
+	var leader *hubProc
+	for _, h := range hubs {
+		if ok, _ := h.isLeader(); ok {
+			leader = h
+		}
+	}
+	if leader == nil {
+		return nil, nil, 0, errors.New("no hub leads: none to kill")
+	}
+	results, err := leader.results()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("hub %s: %w", leader.id, err)
+	}
+	st, err := readProc(leader.pid())
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("hub %s: %w", leader.id, err)
+	}
+	fo := &Failover{DoneAtKill: done, LeaseTTL: ttl, fence: tr.topFence(), stat: st, at: time.Now()}
+	_ = syscall.Kill(-leader.pid(), syscall.SIGKILL)
+	<-leader.done
+	deadline := fo.at.Add(time.Minute + 4*ttl)
+	for fo.NewLeader == "" {
+		for _, h := range hubs {
+			if ok, _ := h.isLeader(); h != leader && ok {
+				fo.NewLeader, fo.Takeover = h.id, time.Since(fo.at)
+				break
+			}
+		}
+		if fo.NewLeader == "" && time.Now().After(deadline) {
+			return nil, nil, 0, fmt.Errorf("no follower led within %v of the leader's kill", time.Since(fo.at).Round(time.Second))
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return fo, leader, results, nil
 }
 
 // resultRoute is the hub's histogram of the agents' results.
@@ -216,6 +286,8 @@ type Result struct {
 	// Hubs are each replica's figures when the run had several
 	// (Scenario.Replicas), in the order they started
 	Hubs []HubFigures `json:",omitempty"`
+	// Failover is set when the run killed its leader
+	Failover *Failover `json:",omitempty"`
 }
 
 // PushStage splits one push -> first dispatch into the hub's stages, each
@@ -288,11 +360,16 @@ type tracker struct {
 	// each main attempt's receipt by its agent and its result's answer
 	received map[string]time.Time
 	answered map[string]time.Time
+	// fences: the first receipt of an attempt of each fence (a leader's)
+	fences map[int64]time.Time
 }
 
 func (t *tracker) attempt(a fleetwave.Attempt, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if _, ok := t.fences[a.Fence]; !ok {
+		t.fences[a.Fence] = at
+	}
 	switch {
 	case strings.HasPrefix(a.Rollout, mainBRC+"-g"):
 		if t.mainID == "" {
@@ -330,6 +407,30 @@ func (t *tracker) main() (id string, first time.Time, done int, failed int, last
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.mainID, t.firstMain, len(t.mainDone), t.mainFailed, t.lastDone
+}
+
+// fenceAbove is the first receipt of an attempt of a fence above f.
+func (t *tracker) fenceAbove(f int64) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var first time.Time
+	for fence, at := range t.fences {
+		if fence > f && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// topFence is the highest fence an attempt received so far carried.
+func (t *tracker) topFence() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var top int64
+	for f := range t.fences {
+		top = max(top, f)
+	}
+	return top
 }
 
 func (t *tracker) waves(action time.Duration) Waves {
@@ -370,6 +471,9 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	if sc.StatusInterval <= 0 {
 		sc.StatusInterval = 2 * time.Second
+	}
+	if sc.LeaseTTL <= 0 {
+		sc.LeaseTTL = hubLeaseTTL
 	}
 	if sc.HubLogLevel == "" {
 		sc.HubLogLevel = "warn"
@@ -451,7 +555,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, err
 	}
 	settings := hubSettings{statusInterval: sc.StatusInterval, staleAfter: StaleAfter(sc.Nodes),
-		maxPollWait: max(30*time.Second, PollWait(sc.Nodes)), mutexProfile: sc.MutexProfile != ""}
+		maxPollWait: max(30*time.Second, PollWait(sc.Nodes)), mutexProfile: sc.MutexProfile != "", leaseTTL: sc.LeaseTTL}
 	redisDir := "" // the data dir holding redis/redis.sock (redisMemory)
 	var hubs []*hubProc
 	if sc.Replicas > 1 {
@@ -492,21 +596,36 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if redisDir == "" {
 		redisDir = hub.dataDir
 	}
-	stacksOf := func() (int64, error) {
-		var sum int64
-		for _, h := range hubs {
+	// a hub the run killed (KillLeader): its figures read just before,
+	// and the results it had answered
+	var killed *hubProc
+	var killedStat procStat
+	var killedResults int64
+	// the goroutine stacks of the hubs alive, each
+	stacksOf := func() ([]int64, error) {
+		out := make([]int64, len(hubs))
+		for i, h := range hubs {
+			if h == killed {
+				continue
+			}
 			st, err := h.stacks(ctx)
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
-			sum += st
+			out[i] = st
 		}
-		return sum, nil
+		return out, nil
+	}
+	procOf := func(h *hubProc) (procStat, error) {
+		if h == killed {
+			return killedStat, nil
+		}
+		return readProc(h.pid())
 	}
 	cpuOf := func() []time.Duration {
 		out := make([]time.Duration, len(hubs))
 		for i, h := range hubs {
-			st, _ := readProc(h.pid())
+			st, _ := procOf(h)
 			out[i] = st.CPU
 		}
 		return out
@@ -517,7 +636,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 
 	tr := &tracker{probeSeen: map[string]time.Time{}, probeRoll: map[string]string{}, mainDone: map[string]int{},
-		received: map[string]time.Time{}, answered: map[string]time.Time{}}
+		received: map[string]time.Time{}, answered: map[string]time.Time{}, fences: map[int64]time.Time{}}
 	// the probes' node has an agent process of its own (agentproc.go)
 	if nodes[0].ID != probeNode {
 		return res, fmt.Errorf("the first node is %s, not the probes' %s", nodes[0].ID, probeNode)
@@ -660,8 +779,36 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		st := probe.samples.state()
 		return done+failed >= sc.Nodes || st == fleetwave.RolloutCompleted || st == fleetwave.RolloutBlocked || st == fleetwave.RolloutCancelled
 	}
-	waitErr := waitFor(ctx, sc.Timeout, finished)
+	var waitErr error
+	if sc.KillLeader && len(hubs) > 1 {
+		// half the items done, the leader is killed; the run goes on
+		// with the followers, one of which takes the lease
+		waitErr = waitFor(ctx, sc.Timeout, func() bool { _, _, done, failed, _ := tr.main(); return done+failed >= sc.Nodes/2 || finished() })
+		if waitErr == nil {
+			_, _, done, _, _ := tr.main()
+			fo, dead, results, err := killLeader(ctx, hubs, sc.LeaseTTL, tr, done)
+			if err != nil {
+				return res, err
+			}
+			res.Failover, killed, killedResults, killedStat = fo, dead, results, fo.stat
+			for _, h := range hubs {
+				if h.id == fo.NewLeader {
+					hub = h
+				}
+			}
+			say("killed the leader, hub %s, at %d items done: hub %s leads %v after", dead.id, fo.DoneAtKill, fo.NewLeader, fo.Takeover.Round(time.Millisecond))
+		}
+	}
+	if waitErr == nil {
+		waitErr = waitFor(ctx, sc.Timeout, finished)
+	}
 	_, _, done, _, last := tr.main()
+	if fo := res.Failover; fo != nil {
+		if first, ok := tr.fenceAbove(fo.fence); ok {
+			fo.FirstDispatch = first.Sub(fo.at)
+			say("the new leader's first attempt reached an agent %v after the kill", fo.FirstDispatch.Round(time.Millisecond))
+		}
+	}
 	cpu1 := cpuOf()
 	res.Makespan = last.Sub(firstMain)
 	res.RolloutWall = last.Sub(pushed)
@@ -720,10 +867,12 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	res.PoolWaits = int64(pool1[poolSeries[0]] - pool0[poolSeries[0]])
-	res.PoolWait = seconds(pool1[poolSeries[1]] - pool0[poolSeries[1]])
-	res.AgentCallWaits = int64(pool1[poolSeries[2]] - pool0[poolSeries[2]])
-	res.PoolMeasured = true
+	if killed == nil { // else: the counters of another hub than the one read before
+		res.PoolWaits = int64(pool1[poolSeries[0]] - pool0[poolSeries[0]])
+		res.PoolWait = seconds(pool1[poolSeries[1]] - pool0[poolSeries[1]])
+		res.AgentCallWaits = int64(pool1[poolSeries[2]] - pool0[poolSeries[2]])
+		res.PoolMeasured = true
+	}
 	if slowest, ok, err := slowestStatus(hub.log); err != nil {
 		return res, fmt.Errorf("hub log: %w", err)
 	} else if ok {
@@ -771,25 +920,26 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	say("baseline: the git CLI wrote, committed and pushed %d status documents in %v", res.GitCLIFiles, res.GitCLIStatus.Round(time.Millisecond))
 	for i, h := range hubs {
-		st, err := readProc(h.pid())
+		st, err := procOf(h)
 		if err != nil {
 			return res, fmt.Errorf("hub process: %w", err)
 		}
 		res.HubRSSPeak = max(res.HubRSSPeak, st.HWM)
 		if sc.Replicas > 1 {
-			leads, err := h.isLeader()
-			if err != nil {
-				return res, fmt.Errorf("hub %s: %w", h.url, err)
+			leads, results := false, killedResults
+			if h != killed {
+				if leads, err = h.isLeader(); err != nil {
+					return res, fmt.Errorf("hub %s: %w", h.url, err)
+				}
+				if results, err = h.results(); err != nil {
+					return res, fmt.Errorf("hub %s: %w", h.url, err)
+				}
 			}
 			agents := (sc.Nodes - 1 + len(hubs) - 1 - i) / len(hubs) // fleet.New's spread
 			if h == front {
 				agents++ // the probes' node
 			}
-			hs, err := scrapeHistograms(h.url, resultRoute)
-			if err != nil {
-				return res, fmt.Errorf("hub %s: %w", h.url, err)
-			}
-			fig := HubFigures{ID: string(rune('a' + i)), Leader: leads, Agents: agents, Results: int64(hs[resultRoute].Count), CPU: cpu1[i] - cpu0[i], RSSPeak: st.HWM}
+			fig := HubFigures{ID: h.id, Leader: leads, Agents: agents, Results: results, CPU: cpu1[i] - cpu0[i], RSSPeak: st.HWM, Killed: h == killed}
 			res.Hubs = append(res.Hubs, fig)
 			say("hub %s: leader %v, %d agents, %d results answered, %.2f cores during the rollout, peak RSS %d MiB", fig.ID, leads, agents, fig.Results,
 				fig.CPU.Seconds()/res.RolloutWall.Seconds(), st.HWM>>20)
@@ -797,12 +947,18 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	// every poller of the fleet holds a poll now (results and reports
 	// aside): the stacks they cost the hubs
-	stacks, err := stacksOf()
+	stacks1, err := stacksOf()
 	if err != nil {
 		return res, fmt.Errorf("hub stacks: %w", err)
 	}
+	var stacks, grown int64
+	for i := range hubs {
+		if hubs[i] != killed {
+			stacks, grown = stacks+stacks1[i], grown+stacks1[i]-stacks0[i]
+		}
+	}
 	if res.Pollers > 0 {
-		res.PollStack = (stacks - stacks0) / int64(res.Pollers) // Pollers: at most one per agent
+		res.PollStack = grown / int64(res.Pollers) // Pollers: at most one per agent
 	}
 	say("hub goroutine stacks: %d MiB, %d KiB per poll held", stacks>>20, res.PollStack>>10)
 	if sc.HeapProfile != "" {
