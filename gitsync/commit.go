@@ -416,7 +416,7 @@ func (r *Repo) restoreForeignEdits(ctx context.Context, tip *object.Commit, edit
 			all[ch.path] = nil
 			continue
 		}
-		data, err := readBlob(r, ch.from.Hash)
+		data, err := readBlob(r, ch.from.Hash, MaxStatusFileSize)
 		if err != nil {
 			return nil, nil, fmt.Errorf("previous status %s: %w", ch.path, err)
 		}

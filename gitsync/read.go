@@ -262,15 +262,27 @@ func refuse(p string, e object.TreeEntry) (fleetwave.FileError, bool) {
 	return fleetwave.FileError{Path: p, Msg: fmt.Sprintf("unsupported file mode %s", e.Mode)}, false
 }
 
-// readBlob reads the blob h from the mirror, at most the size limit plus
-// one byte.
-func readBlob(r *Repo, h plumbing.Hash) ([]byte, error) {
+// readBlob reads the blob h from the mirror whole; a blob above limit
+// bytes is an error.
+func readBlob(r *Repo, h plumbing.Hash, limit int64) ([]byte, error) {
 	obj, err := r.repo.Storer.EncodedObject(plumbing.BlobObject, h)
 	if err != nil {
 		return nil, err
 	}
-	return readObject(obj, r.opts.maxFileSize)
+	// refused whole, never cut: a document read in part parses as
+	// another one, or fails far from its cause
+	if size := obj.Size(); size > limit {
+		return nil, fmt.Errorf("%d bytes, over the limit of %d bytes", size, limit)
+	}
+	return readObject(obj, limit)
 }
+
+// MaxStatusFileSize bounds a status file read back from Git. Status files
+// are the hub's own documents and grow with the fleet far beyond the
+// limit on the config files people write (DefaultMaxFileSize):
+// status/generation_marks.yaml holds a line per object, 2.2 MB at 100,000
+// nodes.
+const MaxStatusFileSize int64 = 64 << 20
 
 // readObject reads the content of obj, at most limit+1 bytes.
 func readObject(obj plumbing.EncodedObject, limit int64) ([]byte, error) {

@@ -137,7 +137,7 @@ func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byt
 					return err
 				}
 			case regular(e.Mode) && strings.HasSuffix(p, ".yaml"):
-				data, err := readBlob(r, e.Hash)
+				data, err := readBlob(r, e.Hash, MaxStatusFileSize)
 				if err != nil {
 					return fmt.Errorf("read %s: %w", p, err)
 				}

@@ -3,6 +3,7 @@ package gitsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
 const testStatusBranch = "fleetwave-status"
@@ -344,5 +346,48 @@ func TestStatusBranchOption(t *testing.T) {
 	}
 	if tip, err := r.StatusTip(context.Background()); err != nil || tip != c {
 		t.Fatalf("StatusTip = %q, %v", tip, err)
+	}
+}
+
+// TestStatusFilesReadLargeDocumentsWhole: a status document larger than the
+// config files' limit (status/generation_marks.yaml at 100,000 nodes is 2.2
+// MB) is read back whole, where it was cut at 1 MiB and failed to parse as
+// YAML, so a hub starting on a fresh mirror could not restore the highest
+// generation of each object. A blob above the limit given is refused, never
+// cut.
+func TestStatusFilesReadLargeDocumentsWhole(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url, WithStatusBranch(testStatusBranch), WithClock(clock.NewFake(testStart)), WithAuthor("fleetwave hub", "hub@example.com"))
+	ctx := context.Background()
+	var marks strings.Builder
+	marks.WriteString("format: 1\ngeneration_marks:\n")
+	for i := range 100_000 {
+		fmt.Fprintf(&marks, "  node/node-%06d: 1\n", i)
+	}
+	if marks.Len() <= int(DefaultMaxFileSize) {
+		t.Fatalf("the document is %d bytes, not above the config files' limit", marks.Len())
+	}
+	tip, err := r.CommitStatus(ctx, map[string][]byte{"status/generation_marks.yaml": []byte(marks.String())}, "Status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := r.StatusFiles(ctx, tip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := files["status/generation_marks.yaml"]; string(got) != marks.String() {
+		t.Fatalf("read back %d of %d bytes", len(got), marks.Len())
+	}
+	c, err := r.repo.CommitObject(plumbing.NewHash(tip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.File("status/generation_marks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := readBlob(r, f.Hash, 1<<20); err == nil || data != nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("readBlob above its limit = %d bytes, %v; want an error and nothing", len(data), err)
 	}
 }

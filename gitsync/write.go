@@ -433,7 +433,7 @@ func (r *Repo) buildWrite(ctx context.Context, pw *preparedWrite, validate bool,
 		if conflict == "" && !e.Hash.IsZero() {
 			switch {
 			case regular(e.Mode):
-				data, err := readBlob(r, e.Hash)
+				data, err := readBlob(r, e.Hash, r.opts.maxFileSize)
 				if err != nil {
 					return nil, fmt.Errorf("read %s at %s: %w", p, tip, err)
 				}
