@@ -263,7 +263,7 @@ func TestScenarioSurvivesTheLeadersKill(t *testing.T) {
 	const n = 600
 	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: time.Second, MaxConcurrent: 30, Pushes: 1, Seed: 13, Replicas: 3, KillLeader: true,
 		LeaseTTL: 6 * time.Second,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress})
 	t.Log(progress.String())
 	if err != nil {
 		t.Fatal(err)
@@ -281,6 +281,11 @@ func TestScenarioSurvivesTheLeadersKill(t *testing.T) {
 	}
 	if fo.NewLeader == "" || fo.Takeover <= 0 || fo.Takeover > 2*fo.LeaseTTL {
 		t.Errorf("new leader %q after %v: want a follower within the lease TTL %v (twice it on a loaded machine)", fo.NewLeader, fo.Takeover, fo.LeaseTTL)
+	}
+	// a follower takes the lease only once the dead leader's has ended
+	// (both read from the lease in Redis, in milliseconds)
+	if fo.LeaseLeft <= 0 || fo.LeaseLeft > fo.LeaseTTL || fo.Takeover < fo.LeaseLeft-time.Millisecond {
+		t.Errorf("the dead leader's lease valid %v more, a follower's after %v: want one within the TTL %v, then the follower's", fo.LeaseLeft, fo.Takeover, fo.LeaseTTL)
 	}
 	// the rest was dispatched under the new leader's fence, once it led
 	// (seen within the 100 ms its gauge is read at)
@@ -309,7 +314,7 @@ func TestScenarioSurvivesTheLeadersKill(t *testing.T) {
 	if err := WriteTable(&table, []Result{res}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "leader killed") || !strings.Contains(table.String(), "a follower leads after") {
+	if !strings.Contains(table.String(), "leader killed") || !strings.Contains(table.String(), "a follower's lease acquired after") {
 		t.Errorf("table lacks the failover's column or rows:\n%s", table.String())
 	}
 }

@@ -13,11 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
@@ -96,14 +98,16 @@ type HubFigures struct {
 	Killed bool `json:",omitempty"`
 }
 
-// Failover is what a run that killed its leader measured (Scenario.KillLeader).
+// Failover is what a run that killed its leader measured (Scenario.KillLeader),
+// read from the lease in Redis: its fence, holder, expiry and acquisition.
 type Failover struct {
 	// DoneAtKill is how many of the rollout's items were done then
 	DoneAtKill int
-	// Takeover runs from the kill to a follower's fleetwave_leader gauge
-	// saying it leads (read every 100 ms); FirstDispatch to the first
+	// LeaseLeft is how long the dead leader's lease was still valid at the
+	// kill (it renews every third of its TTL); Takeover runs from the kill
+	// to a follower's lease (its acquired_at); FirstDispatch to the first
 	// attempt of a higher fence received by an agent
-	Takeover, FirstDispatch time.Duration
+	LeaseLeft, Takeover, FirstDispatch time.Duration
 	// LeaseTTL is the hubs' lease_ttl, the bound a takeover is held to
 	LeaseTTL time.Duration
 	// NewLeader is the replica that took over
@@ -114,18 +118,38 @@ type Failover struct {
 	stat  procStat  // the killed hub's, read just before
 }
 
-// killLeader kills the leading hub (SIGKILL to its group, as a crash) and
-// waits until a follower leads. It returns what it measured, the hub it
-// killed and how many results that hub had answered.
-func killLeader(ctx context.Context, hubs []*hubProc, ttl time.Duration, tr *tracker, done int) (*Failover, *hubProc, int64, error) {
+// killLeader kills the hub holding the lease (SIGKILL to its group, as a
+// crash) and waits until a follower holds it, reading the lease from the
+// Redis the hubs share (the socket under redisDir). It returns what it
+// measured, the hub it killed and how many results that hub had answered.
+func killLeader(ctx context.Context, hubs []*hubProc, redisDir string, ttl time.Duration, tr *tracker, done int) (*Failover, *hubProc, int64, error) {
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: filepath.Join(redisDir, "redis", "redis.sock")})
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctx, "fw{*}:lease").Result()
+	if err != nil || len(keys) != 1 {
+		return nil, nil, 0, fmt.Errorf("the lease in redis: %v keys, %v", keys, err)
+	}
+	lease := func() (owner string, fence, expires, acquired int64, err error) {
+		v, err := rdb.HMGet(ctx, keys[0], "owner", "fence", "expires_at", "acquired_at").Result()
+		if err != nil {
+			return "", 0, 0, 0, err
+		}
+		n := func(x any) int64 { s, _ := x.(string); i, _ := strconv.ParseInt(s, 10, 64); return i }
+		owner, _ = v[0].(string)
+		return owner, n(v[1]), n(v[2]), n(v[3]), nil
+	}
+	owner, _, _, _, err := lease()
+	if err != nil {
+		return nil, nil, 0, err
+	}
 	var leader *hubProc
 	for _, h := range hubs {
-		if ok, _ := h.isLeader(); ok {
+		if h.id == owner {
 			leader = h
 		}
 	}
 	if leader == nil {
-		return nil, nil, 0, errors.New("no hub leads: none to kill")
+		return nil, nil, 0, fmt.Errorf("the lease is %q's, not a replica's", owner)
 	}
 	results, err := leader.results()
 	if err != nil {
@@ -138,22 +162,26 @@ func killLeader(ctx context.Context, hubs []*hubProc, ttl time.Duration, tr *tra
 	fo := &Failover{DoneAtKill: done, LeaseTTL: ttl, fence: tr.topFence(), stat: st, at: time.Now()}
 	_ = syscall.Kill(-leader.pid(), syscall.SIGKILL)
 	<-leader.done
+	// the dead leader's lease, as it stays until a follower takes it
+	_, oldFence, expires, _, err := lease()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	fo.LeaseLeft = time.UnixMilli(expires).Sub(fo.at)
 	deadline := fo.at.Add(time.Minute + 4*ttl)
-	for fo.NewLeader == "" {
-		for _, h := range hubs {
-			if ok, _ := h.isLeader(); h != leader && ok {
-				fo.NewLeader, fo.Takeover = h.id, time.Since(fo.at)
-				break
-			}
+	for {
+		owner, fence, _, acquired, err := lease()
+		if err == nil && fence > oldFence {
+			fo.NewLeader, fo.Takeover = owner, time.UnixMilli(acquired).Sub(fo.at)
+			return fo, leader, results, nil
 		}
-		if fo.NewLeader == "" && time.Now().After(deadline) {
+		if time.Now().After(deadline) {
 			return nil, nil, 0, fmt.Errorf("no follower led within %v of the leader's kill", time.Since(fo.at).Round(time.Second))
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return nil, nil, 0, err
 		}
 	}
-	return fo, leader, results, nil
 }
 
 // resultRoute is the hub's histogram of the agents' results.
@@ -786,7 +814,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		waitErr = waitFor(ctx, sc.Timeout, func() bool { _, _, done, failed, _ := tr.main(); return done+failed >= sc.Nodes/2 || finished() })
 		if waitErr == nil {
 			_, _, done, _, _ := tr.main()
-			fo, dead, results, err := killLeader(ctx, hubs, sc.LeaseTTL, tr, done)
+			fo, dead, results, err := killLeader(ctx, hubs, redisDir, sc.LeaseTTL, tr, done)
 			if err != nil {
 				return res, err
 			}
@@ -796,7 +824,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 					hub = h
 				}
 			}
-			say("killed the leader, hub %s, at %d items done: hub %s leads %v after", dead.id, fo.DoneAtKill, fo.NewLeader, fo.Takeover.Round(time.Millisecond))
+			say("killed the leader, hub %s, at %d items done, its lease valid %v more: hub %s leads %v after the kill", dead.id, fo.DoneAtKill,
+				fo.LeaseLeft.Round(time.Millisecond), fo.NewLeader, fo.Takeover.Round(time.Millisecond))
 		}
 	}
 	if waitErr == nil {
