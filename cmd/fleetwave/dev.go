@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -431,27 +432,14 @@ func mergeResults(path string, fresh []fleetsim.Result) ([]fleetsim.Result, erro
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	// a run replaces the one of its size, number of hubs and failover
-	type shape struct {
-		nodes, hubs int
-		killed      bool
-	}
-	bySize := map[shape]fleetsim.Result{}
+	// a run replaces the one of its column (size, hubs, failover)
+	byColumn := map[string]fleetsim.Result{}
 	for _, r := range append(kept, fresh...) {
-		bySize[shape{r.Nodes, len(r.Hubs), r.Failover != nil}] = r
+		byColumn[r.Column()] = r
 	}
-	out := make([]fleetsim.Result, 0, len(bySize))
-	for _, r := range bySize {
-		out = append(out, r)
-	}
-	killed := func(r fleetsim.Result) int {
-		if r.Failover != nil {
-			return 1
-		}
-		return 0
-	}
+	out := slices.Collect(maps.Values(byColumn))
 	slices.SortFunc(out, func(a, b fleetsim.Result) int {
-		return cmp.Or(a.Nodes-b.Nodes, len(a.Hubs)-len(b.Hubs), killed(a)-killed(b))
+		return cmp.Or(a.Nodes-b.Nodes, strings.Compare(a.Column(), b.Column()))
 	})
 	b, err = json.MarshalIndent(out, "", "  ")
 	if err != nil {

@@ -96,6 +96,7 @@ type Stats struct {
 type Fleet struct {
 	opts   Options
 	bases  []string // the hubs' base URLs
+	spread []int    // the agents New gave each hub
 	client *http.Client
 	agents []*simAgent
 	queue  chan *simAgent
@@ -175,6 +176,7 @@ func New(opts Options) (*Fleet, error) {
 	f := &Fleet{
 		opts:      opts,
 		bases:     make([]string, len(bases)),
+		spread:    make([]int, len(bases)),
 		queue:     make(chan *simAgent, len(opts.Nodes)),
 		posts:     make(chan struct{}, opts.Posters),
 		log:       opts.Logger.With().Str("component", "fleetsim").Logger(),
@@ -196,7 +198,9 @@ func New(opts Options) (*Fleet, error) {
 		seen[n.ID] = true
 		a := &simAgent{node: n, path: "/api/v1/agent/nodes/" + url.PathEscape(n.ID),
 			instances: map[string]fleetwave.InstanceStatus{}, seen: map[string]bool{}}
-		a.hub.Store(int32(len(f.agents) % len(bases)))
+		hub := len(f.agents) % len(bases)
+		a.hub.Store(int32(hub))
+		f.spread[hub]++
 		f.agents = append(f.agents, a)
 		f.queue <- a
 	}
@@ -342,6 +346,10 @@ func (p *h2cPool) CloseIdleConnections() {
 
 // Pollers is the number of long polls the fleet keeps open at most.
 func (f *Fleet) Pollers() int { return f.opts.Pollers }
+
+// Spread returns how many agents New gave each hub (Options.HubURLs, in
+// their order), before any moved on.
+func (f *Fleet) Spread() []int { return slices.Clone(f.spread) }
 
 // Posters returns how many posts the fleet sends at once at most.
 func (f *Fleet) Posters() int { return f.opts.Posters }

@@ -287,8 +287,10 @@ func Rows(results []Result) []Row {
 // hubCPURow is the row of the hub's CPU (with replicas, theirs together).
 const hubCPURow = "hub CPU during the rollout (cores)"
 
-// column names a result's column: its size, and its hubs when several.
-func (r Result) column() string {
+// Column names a result's column: its size, its hubs when several, and
+// whether their leader was killed. Runs of the same column replace each
+// other (docs/scale.json).
+func (r Result) Column() string {
 	if r.Failover != nil {
 		return fmt.Sprintf("%d nodes, %d hubs, leader killed", r.Nodes, len(r.Hubs))
 	}
@@ -382,7 +384,7 @@ func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	head := []string{"measure"}
 	for _, r := range results {
-		head = append(head, r.column())
+		head = append(head, r.Column())
 	}
 	head = append(head, "target", "growth", "baseline")
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
@@ -407,7 +409,7 @@ func Markdown(results []Result) string {
 	var sb strings.Builder
 	sb.WriteString("| measure |")
 	for _, r := range results {
-		fmt.Fprintf(&sb, " %s |", r.column())
+		fmt.Fprintf(&sb, " %s |", r.Column())
 	}
 	sb.WriteString(" target | growth | baseline |\n|---|")
 	for range results {

@@ -115,19 +115,22 @@ type Failover struct {
 
 	at    time.Time // the kill
 	fence int64     // the highest fence received before it
-	stat  procStat  // the killed hub's, read just before
+	// the killed hub's process figures and results answered, read just
+	// before
+	stat    procStat
+	results int64
 }
 
 // killLeader kills the hub holding the lease (SIGKILL to its group, as a
 // crash) and waits until a follower holds it, reading the lease from the
 // Redis the hubs share (the socket under redisDir). It returns what it
-// measured, the hub it killed and how many results that hub had answered.
-func killLeader(ctx context.Context, hubs []*hubProc, redisDir string, ttl time.Duration, tr *tracker, done int) (*Failover, *hubProc, int64, error) {
+// measured and the hub it killed.
+func killLeader(ctx context.Context, hubs []*hubProc, redisDir string, ttl time.Duration, tr *tracker, done int) (*Failover, *hubProc, error) {
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: filepath.Join(redisDir, "redis", "redis.sock")})
 	defer rdb.Close()
 	keys, err := rdb.Keys(ctx, "fw{*}:lease").Result()
 	if err != nil || len(keys) != 1 {
-		return nil, nil, 0, fmt.Errorf("the lease in redis: %v keys, %v", keys, err)
+		return nil, nil, fmt.Errorf("the lease in redis: %v keys, %v", keys, err)
 	}
 	lease := func() (owner string, fence, expires, acquired int64, err error) {
 		v, err := rdb.HMGet(ctx, keys[0], "owner", "fence", "expires_at", "acquired_at").Result()
@@ -140,7 +143,7 @@ func killLeader(ctx context.Context, hubs []*hubProc, redisDir string, ttl time.
 	}
 	owner, _, _, _, err := lease()
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	var leader *hubProc
 	for _, h := range hubs {
@@ -149,23 +152,23 @@ func killLeader(ctx context.Context, hubs []*hubProc, redisDir string, ttl time.
 		}
 	}
 	if leader == nil {
-		return nil, nil, 0, fmt.Errorf("the lease is %q's, not a replica's", owner)
+		return nil, nil, fmt.Errorf("the lease is %q's, not a replica's", owner)
 	}
 	results, err := leader.results()
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("hub %s: %w", leader.id, err)
+		return nil, nil, fmt.Errorf("hub %s: %w", leader.id, err)
 	}
 	st, err := readProc(leader.pid())
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("hub %s: %w", leader.id, err)
+		return nil, nil, fmt.Errorf("hub %s: %w", leader.id, err)
 	}
-	fo := &Failover{DoneAtKill: done, LeaseTTL: ttl, fence: tr.topFence(), stat: st, at: time.Now()}
+	fo := &Failover{DoneAtKill: done, LeaseTTL: ttl, fence: tr.topFence(), stat: st, results: results, at: time.Now()}
 	_ = syscall.Kill(-leader.pid(), syscall.SIGKILL)
 	<-leader.done
 	// the dead leader's lease, as it stays until a follower takes it
 	_, oldFence, expires, _, err := lease()
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	fo.LeaseLeft = time.UnixMilli(expires).Sub(fo.at)
 	deadline := fo.at.Add(time.Minute + 4*ttl)
@@ -173,13 +176,13 @@ func killLeader(ctx context.Context, hubs []*hubProc, redisDir string, ttl time.
 		owner, fence, _, acquired, err := lease()
 		if err == nil && fence > oldFence {
 			fo.NewLeader, fo.Takeover = owner, time.UnixMilli(acquired).Sub(fo.at)
-			return fo, leader, results, nil
+			return fo, leader, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, nil, 0, fmt.Errorf("no follower led within %v of the leader's kill", time.Since(fo.at).Round(time.Second))
+			return nil, nil, fmt.Errorf("no follower led within %v of the leader's kill", time.Since(fo.at).Round(time.Second))
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, err
 		}
 	}
 }
@@ -627,8 +630,6 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	// a hub the run killed (KillLeader): its figures read just before,
 	// and the results it had answered
 	var killed *hubProc
-	var killedStat procStat
-	var killedResults int64
 	// the goroutine stacks of the hubs alive, each
 	stacksOf := func() ([]int64, error) {
 		out := make([]int64, len(hubs))
@@ -646,7 +647,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	procOf := func(h *hubProc) (procStat, error) {
 		if h == killed {
-			return killedStat, nil
+			return res.Failover.stat, nil
 		}
 		return readProc(h.pid())
 	}
@@ -690,6 +691,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	spread := fleet.Spread() // its agents on each hub, the probes' node aside
 	// the polls held at once: the fleet's, and the probe's agent's
 	res.Pollers, res.Posters = fleet.Pollers()+1, fleet.Posters()
 	fctx, stopFleet := context.WithCancel(ctx)
@@ -814,11 +816,11 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		waitErr = waitFor(ctx, sc.Timeout, func() bool { _, _, done, failed, _ := tr.main(); return done+failed >= sc.Nodes/2 || finished() })
 		if waitErr == nil {
 			_, _, done, _, _ := tr.main()
-			fo, dead, results, err := killLeader(ctx, hubs, redisDir, sc.LeaseTTL, tr, done)
+			fo, dead, err := killLeader(ctx, hubs, redisDir, sc.LeaseTTL, tr, done)
 			if err != nil {
 				return res, err
 			}
-			res.Failover, killed, killedResults, killedStat = fo, dead, results, fo.stat
+			res.Failover, killed = fo, dead
 			for _, h := range hubs {
 				if h.id == fo.NewLeader {
 					hub = h
@@ -955,8 +957,11 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		}
 		res.HubRSSPeak = max(res.HubRSSPeak, st.HWM)
 		if sc.Replicas > 1 {
-			leads, results := false, killedResults
-			if h != killed {
+			var leads bool
+			var results int64
+			if h == killed {
+				results = res.Failover.results
+			} else {
 				if leads, err = h.isLeader(); err != nil {
 					return res, fmt.Errorf("hub %s: %w", h.url, err)
 				}
@@ -964,7 +969,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 					return res, fmt.Errorf("hub %s: %w", h.url, err)
 				}
 			}
-			agents := (sc.Nodes - 1 + len(hubs) - 1 - i) / len(hubs) // fleet.New's spread
+			agents := spread[i]
 			if h == front {
 				agents++ // the probes' node
 			}
