@@ -734,8 +734,15 @@ func (ed *treeEditor) edit(base plumbing.Hash, edits map[string][]byte) (plumbin
 		if deleted[e.Name] {
 			continue
 		}
-		if _, ok := direct[e.Name]; ok {
-			continue // replaced below
+		if data, ok := direct[e.Name]; ok {
+			if e.Mode == filemode.Regular && e.Hash == plumbing.Hash(BlobID(data)) {
+				// the same bytes: the entry stays, and no object is
+				// stored or pushed again (a new leader's first status
+				// write renders every node's document, most unchanged)
+				out = append(out, e)
+				delete(direct, e.Name)
+			}
+			continue // else replaced below
 		}
 		if se, ok := sub[e.Name]; ok {
 			var childBase plumbing.Hash

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
@@ -444,5 +446,46 @@ func TestStatusPushedNeverMovesTheTrackingRefBack(t *testing.T) {
 	}
 	if got := tracked(); got != human {
 		t.Fatalf("ref moved past the base: now %s, want it left at %s", got, human)
+	}
+}
+
+// TestEditTreeStoresNoBlobItHolds: edits that give files the bytes they
+// already have keep their entries and store nothing; only the changed
+// file's blob and the trees along its path are new. A new leader's first
+// status write renders every node's document, nearly all unchanged.
+func TestEditTreeStoresNoBlobItHolds(t *testing.T) {
+	base := memory.NewStorage()
+	docs := map[string][]byte{}
+	for i := range 1000 {
+		docs[fmt.Sprintf("status/nodes/n%04d.yaml", i)] = fmt.Appendf(nil, "node: n%04d\n", i)
+	}
+	docs["status/summary.yaml"] = []byte("format: 1\n")
+	root, err := editTree(base, plumbing.ZeroHash, docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edits := maps.Clone(docs)
+	edits["status/nodes/n0007.yaml"] = []byte("node: n0007\nchanged: true\n")
+	o := newOverlay(base)
+	got, err := editTree(o, root, edits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[plumbing.ObjectType]int{}
+	for _, h := range o.order {
+		types[o.objs[h].Type()]++
+	}
+	if types[plumbing.BlobObject] != 1 || types[plumbing.TreeObject] != 3 || len(o.order) != 4 {
+		t.Errorf("stored %v, want the changed blob and the three trees along its path", types)
+	}
+	want, err := editTree(memory.NewStorage(), plumbing.ZeroHash, edits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("edited tree %s, the same files written afresh %s", got, want)
+	}
+	if same, err := editTree(newOverlay(base), root, docs); err != nil || same != root {
+		t.Errorf("the same bytes everywhere: tree %s (%v), want %s", same, err, root)
 	}
 }

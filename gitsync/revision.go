@@ -2,15 +2,17 @@ package gitsync
 
 import (
 	"context"
+	"crypto/sha1"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/rs/zerolog"
@@ -100,56 +102,151 @@ func (r *Repo) MergeBase(a, b string) (string, error) {
 // mirror works; the latest status is at StatusTip (with a status branch,
 // commits of the tracked branch hold no status written by the hub).
 func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byte, error) {
-	defer r.lock("StatusFiles")()
+	d, err := r.StatusChanges(ctx, "", commit)
+	return d.Files, err
+}
+
+// StatusDelta is what differs under status/ between two commits: the
+// files added or changed, with their content at the newer commit, and the
+// paths it no longer has.
+type StatusDelta struct {
+	Files   map[string][]byte
+	Removed []string
+}
+
+// StatusChanges returns the status files (regular .yaml files under
+// status/) that differ between commits from and to, read at to, and
+// those to no longer has; from "" gives every status file of to. It
+// compares trees, skipping identical directories by hash, and reads only
+// the files that changed: a replica following the status branch reads,
+// for each status commit, what that commit wrote (at 100,000 nodes the
+// whole tree is 100,000 documents, a commit a few thousand).
+func (r *Repo) StatusChanges(ctx context.Context, from, to string) (StatusDelta, error) {
+	defer r.lock("StatusChanges")()
+	out := StatusDelta{Files: map[string][]byte{}}
+	changes, err := r.statusDiff(ctx, from, to)
+	if err != nil {
+		return out, err
+	}
+	for _, c := range changes {
+		if c.to.Hash.IsZero() {
+			out.Removed = append(out.Removed, c.path)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		data, err := readBlob(r, c.to.Hash, MaxStatusFileSize)
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", c.path, err)
+		}
+		out.Files[c.path] = data
+	}
+	return out, nil
+}
+
+// BlobID is the Git object id of a blob holding data.
+func BlobID(data []byte) [20]byte {
+	h := sha1.New()
+	var head [32]byte
+	h.Write(strconv.AppendInt(append(head[:0], "blob "...), int64(len(data)), 10))
+	h.Write([]byte{0})
+	h.Write(data)
+	var id [20]byte
+	h.Sum(id[:0])
+	return id
+}
+
+// statusDiff returns the status files (regular .yaml files under status/,
+// safe names only) that differ between commits from ("" = none) and to:
+// a zero to side is a file to no longer has. The caller holds mu.
+func (r *Repo) statusDiff(ctx context.Context, from, to string) ([]change, error) {
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
-	c, err := r.commitObject(commit)
-	if err != nil {
-		return nil, err
-	}
-	root, err := c.Tree()
-	if err != nil {
-		return nil, err
-	}
-	e, err := root.FindEntry(StatusDir)
-	if err != nil || e.Mode != filemode.Dir {
-		return map[string][]byte{}, nil
-	}
-	out := map[string][]byte{}
-	var walk func(tree plumbing.Hash, prefix string) error
-	walk = func(tree plumbing.Hash, prefix string) error {
-		if err := ctx.Err(); err != nil {
-			return err
+	dirOf := func(commit string) (plumbing.Hash, error) {
+		if commit == "" {
+			return plumbing.ZeroHash, nil
 		}
-		t, err := object.GetTree(r.repo.Storer, tree)
+		root, err := r.treeOf(commit)
 		if err != nil {
-			return err
+			return plumbing.ZeroHash, err
 		}
-		for _, e := range t.Entries {
-			if !safeName(e.Name) {
-				continue
-			}
-			p := prefix + e.Name
-			switch {
-			case e.Mode == filemode.Dir:
-				if err := walk(e.Hash, p+"/"); err != nil {
-					return err
-				}
-			case regular(e.Mode) && strings.HasSuffix(p, ".yaml"):
-				data, err := readBlob(r, e.Hash, MaxStatusFileSize)
-				if err != nil {
-					return fmt.Errorf("read %s: %w", p, err)
-				}
-				out[p] = data
-			}
-		}
-		return nil
+		return r.subtree(root, StatusDir)
 	}
-	if err := walk(e.Hash, StatusDir+"/"); err != nil {
+	a, err := dirOf(from)
+	if err != nil {
 		return nil, err
+	}
+	b, err := dirOf(to)
+	if err != nil {
+		return nil, err
+	}
+	var changes []change
+	if err := r.diffTrees(ctx, a, b, StatusDir+"/", false, &changes); err != nil {
+		return nil, err
+	}
+	out := changes[:0]
+	for _, c := range changes {
+		if !strings.HasSuffix(c.path, ".yaml") || !safePath(c.path) {
+			continue
+		}
+		if !regular(c.to.Mode) {
+			c.to = object.TreeEntry{}
+		}
+		if !regular(c.from.Mode) {
+			c.from = object.TreeEntry{}
+		}
+		if !c.from.Hash.IsZero() || !c.to.Hash.IsZero() {
+			out = append(out, c)
+		}
 	}
 	return out, nil
+}
+
+// StatusFile returns the status file at path in commit, read whole up to
+// MaxStatusFileSize; ok is false when commit has no such regular file.
+func (r *Repo) StatusFile(ctx context.Context, commit, path string) (data []byte, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	defer r.lock("StatusFile")()
+	if err := r.usable(); err != nil {
+		return nil, false, err
+	}
+	c, err := r.commitObject(commit)
+	if err != nil {
+		return nil, false, err
+	}
+	e, err := c.Tree()
+	if err != nil {
+		return nil, false, err
+	}
+	entry, err := e.FindEntry(path)
+	switch {
+	case errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("%s at %s: %w", path, commit, err)
+	case !regular(entry.Mode):
+		return nil, false, nil
+	}
+	data, err = readBlob(r, entry.Hash, MaxStatusFileSize)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return data, true, nil
+}
+
+// safePath reports whether every element of a slash-separated path is a
+// safe name.
+func safePath(p string) bool {
+	for _, n := range strings.Split(p, "/") {
+		if !safeName(n) {
+			return false
+		}
+	}
+	return true
 }
 
 // LatestTrailer returns the value of the newest trailer key on the first-

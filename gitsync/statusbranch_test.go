@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -389,5 +390,88 @@ func TestStatusFilesReadLargeDocumentsWhole(t *testing.T) {
 	}
 	if data, err := readBlob(r, f.Hash, 1<<20); err == nil || data != nil || !strings.Contains(err.Error(), "over the limit") {
 		t.Errorf("readBlob above its limit = %d bytes, %v; want an error and nothing", len(data), err)
+	}
+}
+
+// TestStatusChangesReadsWhatAStatusCommitChanged: between two status
+// commits StatusChanges gives the files the second added or changed, with
+// their content, and the ones it removed; nothing else is read. From ""
+// it gives every status file, as StatusFiles does; StatusFile reads one
+// file whole, above the config files' limit.
+func TestStatusChangesReadsWhatAStatusCommitChanged(t *testing.T) {
+	isolateGit(t)
+	url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+	r := open(t, url, WithStatusBranch(testStatusBranch), WithClock(clock.NewFake(testStart)), WithAuthor("fleetwave hub", "hub@example.com"))
+	ctx := context.Background()
+	first := map[string][]byte{
+		"status/summary.yaml":      []byte("format: 1\n"),
+		"status/nodes/n1.yaml":     []byte("node: n1\n"),
+		"status/nodes/n2.yaml":     []byte("node: n2\n"),
+		"status/rollouts/r1.yaml":  []byte("rollout: r1\n"),
+		"status/rollouts/r1/a.txt": []byte("not a document\n"),
+	}
+	for i := range 500 {
+		first[fmt.Sprintf("status/nodes/m%03d.yaml", i)] = []byte("unchanged\n")
+	}
+	c1, err := r.CommitStatus(ctx, first, "Status 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", int(DefaultMaxFileSize)+10)
+	c2, err := r.CommitStatus(ctx, map[string][]byte{
+		"status/nodes/n1.yaml":            []byte("node: n1\nchanged: true\n"),
+		"status/nodes/n2.yaml":            nil,
+		"status/nodes/n3.yaml":            []byte("node: n3\n"),
+		"status/rollouts/r1/items-1.yaml": []byte(big),
+	}, "Status 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.StatusChanges(ctx, c1, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"status/nodes/n1.yaml":            "node: n1\nchanged: true\n",
+		"status/nodes/n3.yaml":            "node: n3\n",
+		"status/rollouts/r1/items-1.yaml": big,
+	}
+	if len(d.Files) != len(want) {
+		t.Errorf("changed files %v, want %d", slices.Sorted(maps.Keys(d.Files)), len(want))
+	}
+	for p, content := range want {
+		if string(d.Files[p]) != content {
+			t.Errorf("%s read as %d bytes, want %d", p, len(d.Files[p]), len(content))
+		}
+	}
+	if !slices.Equal(d.Removed, []string{"status/nodes/n2.yaml"}) {
+		t.Errorf("removed %v, want status/nodes/n2.yaml", d.Removed)
+	}
+	if d, err := r.StatusChanges(ctx, c2, c2); err != nil || len(d.Files) != 0 || len(d.Removed) != 0 {
+		t.Errorf("a commit against itself: %d files, %v removed, %v", len(d.Files), d.Removed, err)
+	}
+	all, err := r.StatusChanges(ctx, "", c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := r.StatusFiles(ctx, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Files) != 505 || len(all.Removed) != 0 || len(whole) != 505 {
+		t.Errorf("from the empty tree: %d files, %d removed; StatusFiles %d; want 505 documents and nothing removed", len(all.Files), len(all.Removed), len(whole))
+	}
+	if _, ok := all.Files["status/rollouts/r1/a.txt"]; ok {
+		t.Error("a file that is no YAML document was read")
+	}
+	data, ok, err := r.StatusFile(ctx, c2, "status/rollouts/r1/items-1.yaml")
+	if err != nil || !ok || string(data) != big {
+		t.Errorf("StatusFile of %d bytes: %d bytes, %v, %v", len(big), len(data), ok, err)
+	}
+	if data, ok, err := r.StatusFile(ctx, c2, "status/nodes/n2.yaml"); err != nil || ok || data != nil {
+		t.Errorf("StatusFile of a removed file: %q, %v, %v", data, ok, err)
+	}
+	if _, ok, err := r.StatusFile(ctx, c2, "status/missing/n.yaml"); err != nil || ok {
+		t.Errorf("StatusFile under a missing directory: %v, %v", ok, err)
 	}
 }
