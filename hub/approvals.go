@@ -640,54 +640,6 @@ func (h *Hub) gatedRequest(spec fleetwave.RolloutSpec) bool {
 	return h.cfg.Approval.Scope == ApprovalScopeAll || !rollbackExempt(gated, h.history.reported)
 }
 
-// loadGitApprovals reads, at leadership, the approval records and the
-// observation history the status committed to Git: after Redis lost its
-// data they restore what the engine forgot (a request is never submitted,
-// decided or consumed twice; a rollback guard keeps its history).
-func (h *Hub) loadGitApprovals(files map[string][]byte) {
-	approvals := map[string]fleetwave.Approval{}
-	history := map[string]map[string][]string{}
-	cursor := ""
-	for p, data := range files {
-		switch kind, _ := status.ParsePath(p); kind {
-		case status.KindApproval:
-			doc, err := status.DecodeApproval(data)
-			if err != nil {
-				h.log.Warn().Err(err).Str("path", p).Msg("approval record unreadable; not restored")
-				continue
-			}
-			if doc.ID != "" {
-				approvals[doc.ID] = doc.Approval
-			}
-		case status.KindNode:
-			doc, err := status.DecodeNode(data)
-			if err != nil {
-				h.log.Warn().Err(err).Str("path", p).Msg("node status unreadable; its observed versions not restored")
-				continue
-			}
-			if doc.Node != "" && len(doc.ObservedVersions) > 0 {
-				history[doc.Node] = doc.ObservedVersions
-			}
-		case status.KindSummary:
-			doc, err := status.DecodeSummary(data)
-			if err != nil {
-				h.log.Warn().Err(err).Str("path", p).Msg("summary unreadable; approval cursor not restored")
-				continue
-			}
-			if doc.Approval != nil {
-				cursor = doc.Approval.Cursor
-			}
-		}
-	}
-	h.mu.Lock()
-	h.gitApprovals = approvals
-	if h.approvalCursor == "" {
-		h.approvalCursor = cursor
-	}
-	h.mu.Unlock()
-	h.history.merge(history)
-}
-
 // restoreApprovals submits to the engine every approval record Git holds
 // that the engine does not know (after a loss of Redis), as it is: its
 // state, its pinned nodes, its decision, its rollout.

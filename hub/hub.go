@@ -95,8 +95,9 @@ type Hub struct {
 	// engine (gated BRCs, quiescence, approvals waiting for reports,
 	// requests waiting): status is rewritten when it changes.
 	waitsMark  string
-	lastSeen   string // newest commit looked at (applied or rejected)
-	statusMark string // engine version + sync generation last written
+	lastSeen   string      // newest commit looked at (applied or rejected)
+	led        ledSnapshot // the snapshot and fence lead last ran for
+	statusMark string      // engine version + sync generation last written
 	// rolloutsWritten holds the finished rollouts whose final document
 	// status/rollouts/<id>.yaml a landed status commit already holds: later
 	// status writes leave that file as it is (reading no item) unless the
@@ -114,6 +115,9 @@ type Hub struct {
 	// records as handled, read once per leadership (gitFence): after a
 	// total loss of Redis they are what says a request already ran.
 	gitRequests map[string]fleetwave.RequestStatus
+	// records are what the status in Git records, followed from one
+	// status commit to the next by leader and followers (records.go).
+	records statusRecords
 	// lostDocs are the closed documents of the rollouts Git says were
 	// unfinished but Redis no longer has (closeLostRollouts), by rollout
 	// id, until a status commit holds them.
@@ -542,13 +546,9 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := h.repo.StatusFiles(ctx, tip)
-	if err != nil {
+	data, ok, err := h.repo.StatusFile(ctx, tip, status.SummaryPath)
+	if err != nil || !ok {
 		return err
-	}
-	data, ok := files[status.SummaryPath]
-	if !ok {
-		return nil
 	}
 	doc, err := status.DecodeSummary(data)
 	if err != nil {
@@ -559,7 +559,11 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 	h.mu.Unlock()
 	// their own document; hubs before it wrote them into the summary
 	marks := doc.GenerationMarks
-	if data, ok := files[status.GenerationMarksPath]; ok {
+	data, ok, err = h.repo.StatusFile(ctx, tip, status.GenerationMarksPath)
+	if err != nil {
+		return err
+	}
+	if ok {
 		m, err := status.DecodeGenerationMarks(data)
 		if err != nil {
 			return fmt.Errorf("%s: %w", status.GenerationMarksPath, err)

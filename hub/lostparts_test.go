@@ -62,7 +62,7 @@ func TestALostRolloutInPartsIsClosedWholly(t *testing.T) {
 	if len(files) != 4 {
 		t.Fatalf("the rollout's files: %d, want its document and 3 parts", len(files))
 	}
-	lost := h.closeLostRollouts(ctx, files, map[string]fleetwave.RequestStatus{})
+	lost := h.closeLostRollouts(ctx, []string{r.ID}, func(p string) ([]byte, bool) { b, ok := files[p]; return b, ok }, map[string]fleetwave.RequestStatus{})
 	out := lost[r.ID]
 	if len(out) != 4 {
 		t.Fatalf("closed rollout written as %d files, want 4", len(out))

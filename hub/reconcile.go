@@ -261,7 +261,11 @@ func (h *Hub) pushStep(ctx context.Context) {
 func (h *Hub) pushChanges(fence int64) (map[string]bool, *fleetwave.Snapshot) {
 	h.mu.Lock()
 	snap, prev := h.snapshot, h.pushed
-	h.pushed = snap
+	if fence > 0 {
+		// a follower leaves what it synced to the push plan of the
+		// leader it may become
+		h.pushed = snap
+	}
 	h.mu.Unlock()
 	if fence == 0 || snap == nil || snap.Config.ReconcileMode == "observe" {
 		return nil, snap

@@ -2,6 +2,7 @@ package hub_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -200,6 +201,12 @@ reconcile_interval: 200ms
 	if owner, _ := leaseHolder(t, srv); owner != "hub-a" {
 		t.Fatalf("lease moved to %s before hub-a froze", owner)
 	}
+	// A follower syncs too: it holds the snapshot of the branch's head
+	// and follows the status hub-a commits, so it can lead at once.
+	head := strings.TrimSpace(gittest.Git(t, "", "--git-dir", strings.TrimPrefix(remote, "file://"), "rev-parse", "main"))
+	waitUntil(t, "hub-b, following, applies the head and follows the status branch", func() bool {
+		return f.hub.SyncState().Applied == head && len(statusFollowed(t, f.logs, "hub-b", false)) > 0
+	})
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -234,8 +241,8 @@ reconcile_interval: 200ms
 			t.Fatalf("generation 1 has a second rollout %s", x.ID)
 		}
 	}
-	// Only a leader syncs and plans: a push during the freeze becomes a
-	// rollout under hub-b.
+	// Only a leader plans: a push during the freeze becomes a rollout
+	// under hub-b.
 	gittest.Push(t, remote, map[string]string{"brc/web.cue": strings.Replace(files["brc/web.cue"], `"1"`, `"2"`, 1)}, nil, "web 2")
 	r2, items2 := f.waitRollout(t, "web-g2", fleetwave.RolloutCompleted)
 	t.Logf("web-g2 completed %v after the freeze", time.Since(frozen).Round(10*time.Millisecond))
@@ -285,6 +292,41 @@ reconcile_interval: 200ms
 	if !seenB {
 		t.Fatalf("no status commit by hub-b (fence %d)", fenceB)
 	}
+	// Having followed, hub-b never read the whole status again once it
+	// led: only what each status commit changed.
+	for _, from := range statusFollowed(t, f.logs, "hub-b", true) {
+		if from == "" {
+			t.Error("hub-b read the whole status branch after it took the lease")
+		}
+	}
+}
+
+// statusFollowed returns, in order, the status commit each "status
+// followed" line of hub hubID started from ("" = the whole status read),
+// before it took the lease or, with led, after.
+func statusFollowed(t *testing.T, logs *lockedBuffer, hubID string, led bool) []string {
+	t.Helper()
+	var out []string
+	leading := false
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, `"hub":"`+hubID+`"`) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m["message"] {
+		case "leader lease acquired":
+			leading = true
+		case "status followed":
+			if leading == led {
+				from, _ := m["from"].(string)
+				out = append(out, from)
+			}
+		}
+	}
+	return out
 }
 
 // statusFences lists the Fleetwave-Fence trailer of every status commit

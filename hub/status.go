@@ -718,45 +718,40 @@ func (h *Hub) requestStatuses(ctx context.Context, snap *fleetwave.Snapshot, rol
 	return out, nil
 }
 
-// loadGitRecords reads, once per leadership (fence), the manual requests
-// the status committed to Git records as handled: after Redis lost its
-// data, they are what keeps a request from running again.
+// loadGitRecords takes, once per leadership (fence), what the status
+// committed to Git records (followStatus keeps it up to date): the manual
+// requests handled, which after Redis lost its data are what keeps a
+// request from running again; the approval records and cursor; the
+// unfinished rollouts Redis no longer has, closed.
 func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
+	rec := &h.records
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
 	h.mu.Lock()
 	done := h.gitFence == fence
 	h.mu.Unlock()
 	if done {
 		return
 	}
-	tip, err := h.repo.StatusTip(ctx)
-	if err != nil {
+	if err := h.followStatus(ctx); err != nil {
 		h.log.Warn().Err(err).Msg("read status branch; requests known only from redis")
 		return
 	}
-	handled := map[string]fleetwave.RequestStatus{}
-	var files map[string][]byte
-	if tip != "" {
-		files, err = h.repo.StatusFiles(ctx, tip)
-		if err != nil {
-			h.log.Warn().Err(err).Msg("read status files; requests known only from redis")
-			return
-		}
-		h.loadGitApprovals(files)
-		if data, ok := files[status.SummaryPath]; ok {
-			doc, err := status.DecodeSummary(data)
-			if err != nil {
-				h.log.Warn().Err(err).Str("path", status.SummaryPath).Msg("summary unreadable; requests known only from redis")
-			}
-			for name, r := range doc.Requests {
-				if r.Handled() {
-					handled[name] = r
-				}
-			}
-		}
+	handled := maps.Clone(rec.handled)
+	if handled == nil {
+		handled = map[string]fleetwave.RequestStatus{}
 	}
-	lost := h.closeLostRollouts(ctx, files, handled)
+	file, failed := h.statusFileAt(ctx, rec.tip)
+	lost := h.closeLostRollouts(ctx, slices.Sorted(maps.Keys(rec.open)), file, handled)
+	if err := failed(); err != nil {
+		h.log.Warn().Err(err).Str("status_commit", short(rec.tip)).Msg("read unfinished rollouts' status")
+	}
 	h.mu.Lock()
 	h.gitRequests, h.gitFence, h.lostDocs = handled, fence, lost
+	h.gitApprovals = maps.Clone(rec.approvals)
+	if h.approvalCursor == "" {
+		h.approvalCursor = rec.cursor
+	}
 	h.mu.Unlock()
 	h.restoreApprovals(ctx, fence)
 	if len(handled) > 0 {
@@ -764,38 +759,33 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 	}
 }
 
-// closeLostRollouts finds the rollouts whose document in Git (status,
-// the files at the status tip) is not finished but which the engine does
-// not know: Redis lost them. Nothing can run their remaining items safely
-// (the payloads were only in Redis, a one-shot action may have run), so
-// each is closed: cancelled with reason state_lost, its pending items
-// skipped, its items that were in flight blocked (whether their attempt
-// ran is unknown: check the node), counters recomputed. The handled
-// requests they served are updated to match. It returns the closed
-// documents, committed by the next status write; a trigger's rollout is
-// planned again from the observations, a manual request is not.
-func (h *Hub) closeLostRollouts(ctx context.Context, files map[string][]byte, handled map[string]fleetwave.RequestStatus) map[string]map[string][]byte {
+// closeLostRollouts finds, among the rollouts whose document in Git is
+// not finished (open; their files read through file), those the engine
+// does not know: Redis lost them. Nothing can run their remaining items
+// safely (the payloads were only in Redis, a one-shot action may have
+// run), so each is closed: cancelled with reason state_lost, its pending
+// items skipped, its items that were in flight blocked (whether their
+// attempt ran is unknown: check the node), counters recomputed. The
+// handled requests they served are updated to match. It returns the
+// closed documents, committed by the next status write; a trigger's
+// rollout is planned again from the observations, a manual request is not.
+func (h *Hub) closeLostRollouts(ctx context.Context, open []string, file func(string) ([]byte, bool), handled map[string]fleetwave.RequestStatus) map[string]map[string][]byte {
 	lost := map[string]map[string][]byte{}
-	file := func(p string) ([]byte, bool) { b, ok := files[p]; return b, ok }
-	for path, data := range files {
-		kind, id := status.ParsePath(path)
-		if kind != status.KindRollout {
-			continue
-		}
-		head, err := status.DecodeRollout(data)
-		if err != nil {
-			h.log.Warn().Err(err).Str("path", path).Msg("rollout status unreadable; left as it is")
-			continue
-		}
-		if head.Rollout.Status.Finished() || head.Rollout.ID != id {
-			continue
-		}
+	for _, id := range open {
 		if _, err := h.eng.RolloutRecord(ctx, id); !errors.Is(err, engine.ErrNotFound) {
 			continue // the engine has it (or cannot say now): it writes the document
+		}
+		path := status.RolloutPath(id)
+		data, ok := file(path)
+		if !ok {
+			continue
 		}
 		doc, err := status.ReadRollout(id, data, file)
 		if err != nil {
 			h.log.Warn().Err(err).Str("path", path).Msg("rollout status unreadable; left as it is")
+			continue
+		}
+		if doc.Rollout.Status.Finished() || doc.Rollout.ID != id {
 			continue
 		}
 		r := doc.Rollout

@@ -18,12 +18,14 @@ import (
 )
 
 // syncStep fetches the tracked branch and, for a new commit that is not a
-// status-only one, validates it into the snapshot in force.
+// status-only one, validates it into the snapshot in force. Every replica
+// syncs: a follower keeps its mirror, its snapshot and the records of the
+// status in Git up to date (its API serves them), so a follower that takes
+// the lease starts warm. What only the leader does with a snapshot (the
+// records taken once per leadership, the approval commits, the push plan)
+// runs once per snapshot and fence (lead).
 func (h *Hub) syncStep(ctx context.Context) {
 	asked := h.syncAsked.Swap(0)
-	if h.currentFence() == 0 {
-		return
-	}
 	start := time.Now()
 	steps := startLaps(start, asked)
 	head, _, err := h.repo.Fetch(ctx)
@@ -35,11 +37,44 @@ func (h *Hub) syncStep(ctx context.Context) {
 		return
 	}
 	steps.Lap("fetch")
+	fence := h.currentFence()
+	if fence == 0 {
+		h.records.mu.Lock()
+		err := h.followStatus(ctx)
+		h.records.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("follow the status branch")
+		}
+		steps.Lap("records")
+	}
+	snap := h.applyCommit(ctx, head, steps)
+	if fence > 0 {
+		h.lead(ctx, fence, steps)
+	}
+	if snap == nil {
+		return
+	}
+	took := time.Since(start)
+	h.metrics.syncSeconds.Observe(took.Seconds())
+	h.metrics.syncSteps(steps)
+	log := h.log.With().Str("commit", head).Logger()
+	ev := log.Info()
+	if took >= slowSync {
+		ev = log.Warn() // seen by a hub logging at warn: what held a push back
+	}
+	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
+		Func(lapFields(steps)).Msg("snapshot applied")
+}
+
+// applyCommit validates head, the tracked branch's fetched tip, into the
+// snapshot in force unless it was looked at already or changed only
+// status/; it returns the snapshot it applied (nil: none).
+func (h *Hub) applyCommit(ctx context.Context, head string, steps *laps.Laps) *fleetwave.Snapshot {
 	h.mu.Lock()
 	last := h.lastSeen
 	h.mu.Unlock()
 	if head == last {
-		return
+		return nil
 	}
 	log := h.log.With().Str("commit", head).Logger()
 	if last != "" {
@@ -48,13 +83,13 @@ func (h *Hub) syncStep(ctx context.Context) {
 			h.lastSeen = head
 			h.mu.Unlock()
 			log.Debug().Msg("status-only commit: nothing to reconcile")
-			return
+			return nil
 		}
 	}
 	snap, verr, err := loadAt(ctx, h.repo, h.sequence.LoadChanged, head, steps)
 	if err != nil {
 		log.Warn().Err(err).Msg("read or validate commit")
-		return
+		return nil
 	}
 	h.mu.Lock()
 	applied := h.sync.Applied
@@ -82,31 +117,44 @@ func (h *Hub) syncStep(ctx context.Context) {
 		h.setSync(func(s *fleetwave.SyncState) {
 			s.Commit, s.Result, s.Errors, s.Message, s.At = head, "rejected", verr.Errors, "", h.clock.Now().UTC()
 		})
-		return
+		return nil
 	}
 	h.mu.Lock()
 	h.snapshot, h.lastSeen = snap, head
 	h.mu.Unlock()
-	if fence := h.currentFence(); fence > 0 {
-		h.loadGitRecords(ctx, fence)
-		steps.Lap("records")
-		h.processApprovalCommits(ctx, fence, snap, head)
-		steps.Lap("approvals")
-	}
 	h.setSync(func(s *fleetwave.SyncState) {
 		s.Commit, s.Applied, s.Result, s.Errors, s.Message, s.At = head, head, "ok", nil, "", h.clock.Now().UTC()
 	})
-	took := time.Since(start)
-	h.metrics.syncSeconds.Observe(took.Seconds())
-	h.metrics.syncSteps(steps)
-	ev := log.Info()
-	if took >= slowSync {
-		ev = log.Warn() // seen by a hub logging at warn: what held a push back
+	return snap
+}
+
+// lead does, once per snapshot in force and fence, what the leader does
+// with a snapshot: the records the status in Git holds (once per
+// leadership), the approval commits up to it, and its push plan. A
+// follower that takes the lease does it at its first sync, for the
+// snapshot it already holds.
+func (h *Hub) lead(ctx context.Context, fence int64, steps *laps.Laps) {
+	h.mu.Lock()
+	snap, done := h.snapshot, h.led
+	h.mu.Unlock()
+	if snap == nil || done == (ledSnapshot{fence: fence, commit: snap.Commit}) {
+		return
 	}
-	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
-		Func(lapFields(steps)).Msg("snapshot applied")
+	h.loadGitRecords(ctx, fence)
+	steps.Lap("records")
+	h.processApprovalCommits(ctx, fence, snap, snap.Commit)
+	steps.Lap("approvals")
+	h.mu.Lock()
+	h.led = ledSnapshot{fence: fence, commit: snap.Commit}
+	h.mu.Unlock()
 	h.pushAsked.CompareAndSwap(0, time.Now().UnixNano())
 	h.kick(h.pushNow) // which asks for a reconcile (pushStep)
+}
+
+// ledSnapshot names the snapshot and the fence lead last ran for.
+type ledSnapshot struct {
+	fence  int64
+	commit string
 }
 
 // slowSync is the time from which a sync of a new commit (its wait for

@@ -1,0 +1,165 @@
+package hub
+
+// The records the hub reads back from the status committed to Git, kept
+// up to date by every replica from one status commit to the next.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/status"
+)
+
+// statusRecords is what the status at one status commit (tip) records
+// that a leader must know before it writes status: the manual requests
+// handled, the approval records and the approval cursor, the rollouts
+// whose document is not finished. The nodes' observed versions go to the
+// hub's version history as they are read.
+//
+// Leader and followers alike keep it up to date by reading what each new
+// status commit changed (followStatus), so a follower that takes the lease
+// starts with it at hand: reading the whole status tree at that moment
+// took 33 s at 100,000 nodes, while the mirror's lock and the new leader's
+// first status write waited.
+type statusRecords struct {
+	mu  sync.Mutex // held while the records are read and used
+	tip string     // the status commit they were read at ("" none yet)
+	// handled are the requests the summary records as handled, cursor
+	// its approval cursor.
+	handled map[string]fleetwave.RequestStatus
+	cursor  string
+	// approvals are the approval records by id; approvalAt the id each
+	// record's path holds.
+	approvals  map[string]fleetwave.Approval
+	approvalAt map[string]string
+	// open are the rollouts whose document is not finished.
+	open map[string]bool
+}
+
+// followStatus brings the records up to the mirror's status tip, reading
+// only the files changed since the commit they were read at (all of them
+// the first time, or when that commit is gone from the mirror). It
+// fetches nothing: the sync loop's fetch brings the status branch. The
+// caller holds h.records.mu.
+func (h *Hub) followStatus(ctx context.Context) error {
+	rec := &h.records
+	tip, err := h.repo.StatusTip(ctx)
+	if err != nil {
+		return err
+	}
+	if tip == rec.tip {
+		return nil
+	}
+	start := time.Now()
+	from := rec.tip
+	delta, err := h.repo.StatusChanges(ctx, from, tip)
+	if err != nil && from != "" {
+		h.log.Info().Err(err).Str("from", short(from)).Msg("status changes unreadable; reading the whole status")
+		from = ""
+		delta, err = h.repo.StatusChanges(ctx, "", tip)
+	}
+	if err != nil {
+		return err
+	}
+	if from == "" { // read whole: what was read before goes
+		rec.handled, rec.cursor, rec.approvals, rec.approvalAt, rec.open = nil, "", nil, nil, nil
+	}
+	history := h.applyStatusChanges(rec, delta.Files, delta.Removed)
+	h.history.merge(history)
+	rec.tip = tip
+	h.log.Debug().Str("status_commit", short(tip)).Str("from", short(from)).Int("files", len(delta.Files)).
+		Int("removed", len(delta.Removed)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("status followed")
+	return nil
+}
+
+// applyStatusChanges updates rec with the status files changed (path ->
+// content) and removed, and returns the nodes' observed versions they hold.
+func (h *Hub) applyStatusChanges(rec *statusRecords, files map[string][]byte, removed []string) map[string]map[string][]string {
+	if rec.handled == nil {
+		rec.handled, rec.approvals, rec.approvalAt, rec.open = map[string]fleetwave.RequestStatus{}, map[string]fleetwave.Approval{}, map[string]string{}, map[string]bool{}
+	}
+	for _, p := range removed {
+		switch kind, id := status.ParsePath(p); kind {
+		case status.KindSummary:
+			rec.handled, rec.cursor = map[string]fleetwave.RequestStatus{}, ""
+		case status.KindApproval:
+			delete(rec.approvals, rec.approvalAt[p])
+			delete(rec.approvalAt, p)
+		case status.KindRollout:
+			delete(rec.open, id)
+		}
+	}
+	history := map[string]map[string][]string{}
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		data := files[p]
+		switch kind, id := status.ParsePath(p); kind {
+		case status.KindSummary:
+			doc, err := status.DecodeSummary(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("summary unreadable; requests and approval cursor known only from redis")
+				continue
+			}
+			rec.handled, rec.cursor = map[string]fleetwave.RequestStatus{}, ""
+			for name, r := range doc.Requests {
+				if r.Handled() {
+					rec.handled[name] = r
+				}
+			}
+			if doc.Approval != nil {
+				rec.cursor = doc.Approval.Cursor
+			}
+		case status.KindApproval:
+			doc, err := status.DecodeApproval(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("approval record unreadable; not restored")
+				continue
+			}
+			delete(rec.approvals, rec.approvalAt[p])
+			if doc.ID != "" {
+				rec.approvals[doc.ID], rec.approvalAt[p] = doc.Approval, doc.ID
+			}
+		case status.KindNode:
+			doc, err := status.DecodeNode(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("node status unreadable; its observed versions not restored")
+				continue
+			}
+			if doc.Node != "" && len(doc.ObservedVersions) > 0 {
+				history[doc.Node] = doc.ObservedVersions
+			}
+		case status.KindRollout:
+			head, err := status.DecodeRollout(data)
+			if err != nil {
+				h.log.Warn().Err(err).Str("path", p).Msg("rollout status unreadable; left as it is")
+				delete(rec.open, id)
+				continue
+			}
+			if head.Rollout.Status.Finished() || head.Rollout.ID != id {
+				delete(rec.open, id)
+			} else {
+				rec.open[id] = true
+			}
+		}
+	}
+	return history
+}
+
+// statusFileAt returns a reader of the status files at commit for
+// status.ReadRollout, and the first error it met (a file it could not read
+// is reported as absent, which fails the document's read).
+func (h *Hub) statusFileAt(ctx context.Context, commit string) (file func(string) ([]byte, bool), failed func() error) {
+	var first error
+	file = func(p string) ([]byte, bool) {
+		data, ok, err := h.repo.StatusFile(ctx, commit, p)
+		if err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", p, err)
+		}
+		return data, ok
+	}
+	return file, func() error { return first }
+}
