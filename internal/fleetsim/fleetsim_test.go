@@ -292,6 +292,11 @@ func TestScenarioSurvivesTheLeadersKill(t *testing.T) {
 	if fo.FirstDispatch <= 0 || fo.FirstDispatch+time.Second < fo.Takeover {
 		t.Errorf("the new leader's first attempt %v after the kill, it led after %v: want one, once it led", fo.FirstDispatch, fo.Takeover)
 	}
+	// the new leader, a warm follower, writes status under its fence
+	// once it leads (Git's commit times are whole seconds)
+	if fo.FirstStatus <= 0 || fo.FirstStatus+time.Second < fo.Takeover {
+		t.Errorf("the new leader's first status commit %v after the kill, it led after %v: want one, once it led", fo.FirstStatus, fo.Takeover)
+	}
 	leaders, killed := 0, 0
 	for _, h := range res.Hubs {
 		if h.Leader {

@@ -108,6 +108,10 @@ type Failover struct {
 	// to a follower's lease (its acquired_at); FirstDispatch to the first
 	// attempt of a higher fence received by an agent
 	LeaseLeft, Takeover, FirstDispatch time.Duration
+	// FirstStatus runs from the kill to the first status commit of the
+	// new leader (its fence) on the remote, to the second (Git's commit
+	// time)
+	FirstStatus time.Duration
 	// LeaseTTL is the hubs' lease_ttl, the bound a takeover is held to
 	LeaseTTL time.Duration
 	// NewLeader is the replica that took over
@@ -946,6 +950,14 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("status in git shows %d of %d items completed (%v): %w", res.StatusItems, res.Completed, statusErr, err)
 	}
 	say("status in git: %d items completed, in %d parts", res.StatusItems, res.StatusParts)
+	if fo := res.Failover; fo != nil {
+		at, err := firstStatusAbove(ctx, dir, remote, fo.fence)
+		if err != nil {
+			return res, err
+		}
+		fo.FirstStatus = at.Sub(fo.at)
+		say("the new leader's first status commit landed %v after the kill", fo.FirstStatus.Round(time.Second))
+	}
 	if res.GitCLIStatus, res.GitCLIFiles, err = gitCLIStatus(ctx, dir, remote, max(1, sc.Nodes/10)); err != nil {
 		return res, err
 	}
@@ -1017,6 +1029,28 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	res.LoadEnd = uptime()
 	say("done: status commit mean %v, hub peak RSS %d MiB, redis %d MiB", res.StatusMean.Round(time.Millisecond), res.HubRSSPeak>>20, res.RedisUsed>>20)
 	return res, nil
+}
+
+// firstStatusAbove returns the commit time of the oldest commit on the
+// remote's status branch whose fence trailer is above fence.
+func firstStatusAbove(ctx context.Context, dir, remote string, fence int64) (time.Time, error) {
+	out, err := git(ctx, dir, "--git-dir", remote, "log", "--first-parent", "--reverse",
+		"--format=%ct %(trailers:key=Fleetwave-Fence,valueonly,separator=%x2C)", "fleetwave/status")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			continue
+		}
+		ct, err1 := strconv.ParseInt(fields[0], 10, 64)
+		f, err2 := strconv.ParseInt(fields[1], 10, 64)
+		if err1 == nil && err2 == nil && f > fence {
+			return time.Unix(ct, 0), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("no status commit on fleetwave/status with a fence above %d", fence)
 }
 
 // committedItems reads rollout id's status from the remote's status
