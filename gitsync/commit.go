@@ -274,7 +274,7 @@ func (r *Repo) startStatus(ctx context.Context, edits map[string][]byte, message
 	if r.opts.statusBranch != "" {
 		st.localRef = r.statusRef()
 	}
-	tracked, err := r.fetch(ctx)
+	tracked, err := r.fetch(ctx, true)
 	if err != nil {
 		return nil, err
 	}

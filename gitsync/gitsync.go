@@ -306,7 +306,7 @@ func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
 		r.lastHead = head.Hash()
 	case errors.Is(err, plumbing.ErrReferenceNotFound):
 		// a mirror made for another branch: fetch the tracked one now
-		if r.lastHead, err = r.fetch(ctx); err != nil {
+		if r.lastHead, err = r.fetch(ctx, true); err != nil {
 			return nil, err
 		}
 	default:
@@ -433,16 +433,16 @@ func (r *Repo) refSpec() config.RefSpec {
 	return config.RefSpec("+" + plumbing.NewBranchReferenceName(r.src.Branch).String() + ":" + r.trackingRef().String())
 }
 
-// fetch updates the tracking ref from the remote, and the status branch's
-// when one is configured (removing it when the remote has none), in one
-// round trip once the status branch exists; the caller holds mu. It returns
-// the tracked branch's tip.
-func (r *Repo) fetch(ctx context.Context) (plumbing.Hash, error) {
-	if tip, ok := r.fetchLocal(); ok {
+// fetch updates the tracking ref from the remote, and with status the
+// status branch's when one is configured (removing it when the remote has
+// none), in one round trip once the status branch exists; the caller holds
+// mu. It returns the tracked branch's tip.
+func (r *Repo) fetch(ctx context.Context, status bool) (plumbing.Hash, error) {
+	if tip, ok := r.fetchLocal(status); ok {
 		return tip, nil
 	}
 	specs := []config.RefSpec{r.refSpec()}
-	if r.opts.statusBranch != "" {
+	if status && r.opts.statusBranch != "" {
 		specs = append(specs, r.statusRefSpec())
 	}
 	err := r.fetchSpecs(ctx, specs)
@@ -487,7 +487,21 @@ func (r *Repo) fetchSpecs(ctx context.Context, specs []config.RefSpec) error {
 // is fetched too (StatusTip and LatestTrailer read it), but it never counts
 // as a change: head and changed are about the tracked branch only.
 func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error) {
-	head, changed, added, err := r.fetchTracked(ctx)
+	return r.fetchCompact(ctx, true)
+}
+
+// FetchBranch is Fetch without the status branch, which stays as the last
+// Fetch left it: a replica that does not write status fetches the tracked
+// branch at every poll and the status branch at its own pace (each status
+// commit of a large fleet is thousands of documents).
+func (r *Repo) FetchBranch(ctx context.Context) (head string, changed bool, err error) {
+	return r.fetchCompact(ctx, false)
+}
+
+// fetchCompact is Fetch, with the status branch or not, and the
+// compaction a fetch that added a pack starts.
+func (r *Repo) fetchCompact(ctx context.Context, status bool) (head string, changed bool, err error) {
+	head, changed, added, err := r.fetchTracked(ctx, status)
 	if err == nil && added {
 		// only a fetch that added a pack starts a compaction: one that
 		// brought nothing (most of a hub's polls, and those that only see
@@ -500,13 +514,13 @@ func (r *Repo) Fetch(ctx context.Context) (head string, changed bool, err error)
 
 // fetchTracked is Fetch but for the compaction, under mu; added says
 // whether the fetch added a pack to the mirror.
-func (r *Repo) fetchTracked(ctx context.Context) (head string, changed, added bool, err error) {
+func (r *Repo) fetchTracked(ctx context.Context, status bool) (head string, changed, added bool, err error) {
 	defer r.lock("fetchTracked")()
 	if err := r.usable(); err != nil {
 		return "", false, false, err
 	}
 	before := r.packCount()
-	h, err := r.fetch(ctx)
+	h, err := r.fetch(ctx, status)
 	if err != nil {
 		return "", false, false, err
 	}

@@ -67,9 +67,10 @@ func fetchGitDir(remote string) string {
 }
 
 // fetchLocal updates the tracking ref from a local remote without the
-// transport (see above); the caller holds mu. ok false: nothing changed in
-// the mirror, the transport's fetch is to run.
-func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
+// transport (see above), and with status the status branch's; the caller
+// holds mu. ok false: nothing changed in the mirror, the transport's fetch
+// is to run.
+func (r *Repo) fetchLocal(status bool) (tip plumbing.Hash, ok bool) {
 	dir := fetchGitDir(r.remote)
 	if dir == "" {
 		return plumbing.ZeroHash, false
@@ -79,8 +80,8 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	if err != nil || ref.Type() != plumbing.HashReference {
 		return plumbing.ZeroHash, false // no such branch: the transport says so
 	}
-	var status plumbing.Hash // the status branch's new tip, when it moved to a commit the mirror holds
-	if r.opts.statusBranch != "" {
+	var statusTip plumbing.Hash // the status branch's new tip, when it moved to a commit the mirror holds
+	if status && r.opts.statusBranch != "" {
 		var theirs plumbing.Hash
 		sref, err := remote.Reference(plumbing.NewBranchReferenceName(r.opts.statusBranch))
 		switch {
@@ -99,7 +100,7 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 			// the hub's own status commit, pushed and not recorded yet
 			// (the watcher saw its ref move first): its objects were
 			// stored whole before the push, so the ref can follow
-			status = theirs
+			statusTip = theirs
 		default:
 			return plumbing.ZeroHash, false // the status branch moved too: fetch both
 		}
@@ -108,7 +109,7 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	var old plumbing.Hash // the tracked tip's root tree, zero when none
 	if cur, err := r.repo.Reference(r.trackingRef(), true); err == nil {
 		if cur.Hash() == tip {
-			if !r.followStatus(status) {
+			if !r.followStatus(statusTip) {
 				return plumbing.ZeroHash, false
 			}
 			r.localFetches++
@@ -136,7 +137,7 @@ func (r *Repo) fetchLocal() (tip plumbing.Hash, ok bool) {
 	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), tip)); err != nil {
 		return plumbing.ZeroHash, false
 	}
-	if !r.followStatus(status) {
+	if !r.followStatus(statusTip) {
 		return plumbing.ZeroHash, false
 	}
 	r.localFetches++

@@ -102,7 +102,7 @@ func (r *Repo) MergeBase(a, b string) (string, error) {
 // mirror works; the latest status is at StatusTip (with a status branch,
 // commits of the tracked branch hold no status written by the hub).
 func (r *Repo) StatusFiles(ctx context.Context, commit string) (map[string][]byte, error) {
-	d, err := r.StatusChanges(ctx, "", commit)
+	d, err := r.StatusChanges(ctx, "", commit, nil)
 	return d.Files, err
 }
 
@@ -116,12 +116,13 @@ type StatusDelta struct {
 
 // StatusChanges returns the status files (regular .yaml files under
 // status/) that differ between commits from and to, read at to, and
-// those to no longer has; from "" gives every status file of to. It
-// compares trees, skipping identical directories by hash, and reads only
-// the files that changed: a replica following the status branch reads,
-// for each status commit, what that commit wrote (at 100,000 nodes the
-// whole tree is 100,000 documents, a commit a few thousand).
-func (r *Repo) StatusChanges(ctx context.Context, from, to string) (StatusDelta, error) {
+// those to no longer has; from "" gives every status file of to. With
+// keep, only the paths keep accepts. It compares trees, skipping
+// identical directories by hash, and reads only the files that changed: a
+// replica following the status branch reads what the status commits since
+// it last looked wrote (at 100,000 nodes the whole tree is 100,000
+// documents, a commit a few thousand).
+func (r *Repo) StatusChanges(ctx context.Context, from, to string, keep func(path string) bool) (StatusDelta, error) {
 	defer r.lock("StatusChanges")()
 	out := StatusDelta{Files: map[string][]byte{}}
 	changes, err := r.statusDiff(ctx, from, to)
@@ -129,6 +130,9 @@ func (r *Repo) StatusChanges(ctx context.Context, from, to string) (StatusDelta,
 		return out, err
 	}
 	for _, c := range changes {
+		if keep != nil && !keep(c.path) {
+			continue
+		}
 		if c.to.Hash.IsZero() {
 			out.Removed = append(out.Removed, c.path)
 			continue

@@ -427,7 +427,7 @@ func TestStatusChangesReadsWhatAStatusCommitChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := r.StatusChanges(ctx, c1, c2)
+	d, err := r.StatusChanges(ctx, c1, c2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,10 +447,17 @@ func TestStatusChangesReadsWhatAStatusCommitChanged(t *testing.T) {
 	if !slices.Equal(d.Removed, []string{"status/nodes/n2.yaml"}) {
 		t.Errorf("removed %v, want status/nodes/n2.yaml", d.Removed)
 	}
-	if d, err := r.StatusChanges(ctx, c2, c2); err != nil || len(d.Files) != 0 || len(d.Removed) != 0 {
+	if d, err := r.StatusChanges(ctx, c2, c2, nil); err != nil || len(d.Files) != 0 || len(d.Removed) != 0 {
 		t.Errorf("a commit against itself: %d files, %v removed, %v", len(d.Files), d.Removed, err)
 	}
-	all, err := r.StatusChanges(ctx, "", c2)
+	nodes, err := r.StatusChanges(ctx, c1, c2, func(p string) bool { return strings.HasPrefix(p, "status/nodes/") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Files) != 2 || nodes.Files["status/rollouts/r1/items-1.yaml"] != nil || len(nodes.Removed) != 1 {
+		t.Errorf("kept the nodes' documents: %v, removed %v; want n1 and n3, n2 removed", slices.Sorted(maps.Keys(nodes.Files)), nodes.Removed)
+	}
+	all, err := r.StatusChanges(ctx, "", c2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

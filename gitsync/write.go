@@ -409,7 +409,7 @@ func (r *Repo) buildWrite(ctx context.Context, pw *preparedWrite, validate bool,
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
-	tip, err := r.fetch(ctx)
+	tip, err := r.fetch(ctx, true)
 	if err != nil {
 		var bnf *BranchNotFoundError
 		if ctx.Err() != nil || errors.As(err, &bnf) {

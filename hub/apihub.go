@@ -315,7 +315,7 @@ func (h *Hub) Readiness(ctx context.Context) api.Readiness {
 	case leader:
 		fail("snapshot", "no valid commit applied yet")
 	default:
-		rd.Checks["snapshot"] = "none (followers do not sync)"
+		rd.Checks["snapshot"] = "none yet (a follower serves agents before its first sync)"
 	}
 	st := h.SyncState()
 	switch st.Result {

@@ -94,10 +94,15 @@ type Hub struct {
 	// waitsMark fingerprints what status says waits and why outside the
 	// engine (gated BRCs, quiescence, approvals waiting for reports,
 	// requests waiting): status is rewritten when it changes.
-	waitsMark  string
-	lastSeen   string      // newest commit looked at (applied or rejected)
-	led        ledSnapshot // the snapshot and fence lead last ran for
-	statusMark string      // engine version + sync generation last written
+	waitsMark string
+	lastSeen  string      // newest commit looked at (applied or rejected)
+	led       ledSnapshot // the snapshot and fence lead last ran for
+	// followAt is when this hub, a follower, next fetches and follows the
+	// status branch (syncStep's goroutine only); followAsked asks for it
+	// at the next sync (a leader missed a renewal).
+	followAt    time.Time
+	followAsked atomic.Bool
+	statusMark  string // engine version + sync generation last written
 	// rolloutsWritten holds the finished rollouts whose final document
 	// status/rollouts/<id>.yaml a landed status commit already holds: later
 	// status writes leave that file as it is (reading no item) unless the
@@ -461,7 +466,16 @@ func (h *Hub) leaseLoop(ctx context.Context) {
 			case errors.As(err, &held):
 				// campaign again as the lease ends, not up to ttl/3 later:
 				// a dead leader is replaced within one TTL of its last renewal
-				next = min(next, max(held.ExpiresAt.Sub(h.clock.Now())+10*time.Millisecond, 10*time.Millisecond))
+				left := held.ExpiresAt.Sub(h.clock.Now())
+				next = min(next, max(left+10*time.Millisecond, 10*time.Millisecond))
+				if left < ttl*3/5 {
+					// a leader renews every third of the TTL: this one
+					// missed a renewal and may be gone. Catching up with
+					// the status it committed now, while its lease runs
+					// out, starts a new leader warm.
+					h.followAsked.Store(true)
+					h.kick(h.syncNow)
+				}
 				log.Debug().Str("holder", held.Holder).Time("expires_at", held.ExpiresAt).Msg("another hub holds the lease")
 			case errors.Is(err, engine.ErrNotLeader):
 				log.Debug().Msg("another hub holds the lease")

@@ -52,7 +52,7 @@ func (h *Hub) IdentitiesConfigured() bool { return len(h.cfg.Identities) > 0 }
 // errNoSnapshot answers API calls that need the repository before the hub
 // has a valid snapshot (followers never sync).
 var errNoSnapshot = &api.Error{Status: http.StatusServiceUnavailable, Code: "not_ready",
-	Message: "the hub has no valid snapshot of the repository yet (a follower does not sync: ask the leader)"}
+	Message: "the hub has no valid snapshot of the repository yet: its first sync has not ended, or every commit was invalid"}
 
 // apiSnapshot returns the snapshot in force, or the API's not_ready answer.
 func (h *Hub) apiSnapshot() (*fleetwave.Snapshot, error) {

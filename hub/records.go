@@ -45,26 +45,26 @@ type statusRecords struct {
 // only the files changed since the commit they were read at (all of them
 // the first time, or when that commit is gone from the mirror). It
 // fetches nothing: the sync loop's fetch brings the status branch. The
-// caller holds h.records.mu.
-func (h *Hub) followStatus(ctx context.Context) error {
+// caller holds h.records.mu. whole says it read every record.
+func (h *Hub) followStatus(ctx context.Context) (whole bool, err error) {
 	rec := &h.records
 	tip, err := h.repo.StatusTip(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if tip == rec.tip {
-		return nil
+		return false, nil
 	}
 	start := time.Now()
 	from := rec.tip
-	delta, err := h.repo.StatusChanges(ctx, from, tip)
+	delta, err := h.repo.StatusChanges(ctx, from, tip, recordPath)
 	if err != nil && from != "" {
 		h.log.Info().Err(err).Str("from", short(from)).Msg("status changes unreadable; reading the whole status")
 		from = ""
-		delta, err = h.repo.StatusChanges(ctx, "", tip)
+		delta, err = h.repo.StatusChanges(ctx, "", tip, recordPath)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if from == "" { // read whole: what was read before goes
 		rec.handled, rec.cursor, rec.approvals, rec.approvalAt, rec.open = nil, "", nil, nil, nil
@@ -74,7 +74,20 @@ func (h *Hub) followStatus(ctx context.Context) error {
 	rec.tip = tip
 	h.log.Debug().Str("status_commit", short(tip)).Str("from", short(from)).Int("files", len(delta.Files)).
 		Int("removed", len(delta.Removed)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("status followed")
-	return nil
+	return from == "", nil
+}
+
+// recordPath says whether the status file at p holds records
+// (applyStatusChanges): the summary, approvals, nodes, rollouts' documents;
+// not the parts of a large rollout's items (a hundred documents of a
+// thousand items at 100,000 nodes, rewritten by every status commit of its
+// rollout) nor the generation marks, read when needed.
+func recordPath(p string) bool {
+	switch kind, _ := status.ParsePath(p); kind {
+	case status.KindSummary, status.KindApproval, status.KindNode, status.KindRollout:
+		return true
+	}
+	return false
 }
 
 // applyStatusChanges updates rec with the status files changed (path ->

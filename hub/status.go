@@ -733,7 +733,12 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 	if done {
 		return
 	}
-	if err := h.followStatus(ctx); err != nil {
+	// the status branch as the remote has it now: a follower taking the
+	// lease fetched it last at its own pace (followSpacing)
+	if _, _, err := h.repo.Fetch(ctx); err != nil && ctx.Err() == nil {
+		h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch the status branch; its records read as the mirror has them")
+	}
+	if _, err := h.followStatus(ctx); err != nil {
 		h.log.Warn().Err(err).Msg("read status branch; requests known only from redis")
 		return
 	}
