@@ -102,7 +102,11 @@ type Hub struct {
 	// at the next sync (a leader missed a renewal).
 	followAt    time.Time
 	followAsked atomic.Bool
-	statusMark  string // engine version + sync generation last written
+	// floorSeen is the highest fence floor read from Git; floorReading is
+	// set while a read waits for the mirror (fenceFloor).
+	floorSeen    atomic.Int64
+	floorReading atomic.Bool
+	statusMark   string // engine version + sync generation last written
 	// rolloutsWritten holds the finished rollouts whose final document
 	// status/rollouts/<id>.yaml a landed status commit already holds: later
 	// status writes leave that file as it is (reading no item) unless the
@@ -593,18 +597,41 @@ func (h *Hub) restoreMarks(ctx context.Context) error {
 
 // fenceFloor is the highest fencing token committed to Git (the trailer of
 // the newest status commit): after a total loss of Redis the next epoch
-// starts above it, so agents never see a fence go back.
+// starts above it, so agents never see a fence go back. It is read from
+// the mirror, whose lock a follower's fetch of a large status branch held
+// for 37 s at 100,000 nodes while the lease it was waiting for ran out: a
+// read that takes longer than floorWait is left to finish in the
+// background, and the highest floor read so far is used meanwhile. The
+// floor matters only when Redis lost its data; the agents' fence check
+// and the status commits' (a leader whose fence is below one in Git steps
+// down) hold the line too.
 func (h *Hub) fenceFloor(ctx context.Context) (int64, error) {
 	if h.repo == nil {
 		return 0, nil
 	}
-	v, err := h.repo.LatestTrailer(ctx, gitsync.TrailerFence, 500)
-	if err != nil || v == "" {
-		return 0, nil // no status yet: nothing to stay above
+	if !h.floorReading.CompareAndSwap(false, true) {
+		return h.floorSeen.Load(), nil // a read is waiting for the mirror
 	}
-	f, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, nil
+	done := make(chan struct{})
+	go func() {
+		defer h.floorReading.Store(false)
+		defer close(done)
+		v, err := h.repo.LatestTrailer(context.WithoutCancel(ctx), gitsync.TrailerFence, 500)
+		if err != nil || v == "" {
+			return // no status yet: nothing to stay above
+		}
+		// the one read in flight is floorSeen's only writer
+		if f, err := strconv.ParseInt(v, 10, 64); err == nil && f > h.floorSeen.Load() {
+			h.floorSeen.Store(f)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(floorWait):
+		h.log.Info().Int64("floor", h.floorSeen.Load()).Msg("the mirror is busy: campaigning with the fence floor read before")
 	}
-	return f, nil
+	return h.floorSeen.Load(), nil
 }
+
+// floorWait is how long a campaign waits for the fence floor's read.
+const floorWait = 500 * time.Millisecond
