@@ -97,10 +97,8 @@ type Hub struct {
 	waitsMark string
 	lastSeen  string      // newest commit looked at (applied or rejected)
 	led       ledSnapshot // the snapshot and fence lead last ran for
-	// followAt is when this hub, a follower, next fetches and follows the
-	// status branch (syncStep's goroutine only); followAsked asks for it
-	// at the next sync (a leader missed a renewal).
-	followAt    time.Time
+	// followAsked asks this hub, a follower, to catch up with the status
+	// branch at its next sync (the leader missed a renewal).
 	followAsked atomic.Bool
 	// floorSeen is the highest fence floor read from Git; floorReading is
 	// set while a read waits for the mirror (fenceFloor).

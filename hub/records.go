@@ -21,11 +21,11 @@ import (
 // whose document is not finished. The nodes' observed versions go to the
 // hub's version history as they are read.
 //
-// Leader and followers alike keep it up to date by reading what each new
-// status commit changed (followStatus), so a follower that takes the lease
-// starts with it at hand: reading the whole status tree at that moment
-// took 33 s at 100,000 nodes, while the mirror's lock and the new leader's
-// first status write waited.
+// It is brought up to date by reading what the status commits since it
+// was read changed (followStatus): by a follower that sees the leader
+// miss a renewal, while the lease runs out, and by a new leader before its
+// first status write. Reading the whole status tree each time took 33 s at
+// 100,000 nodes, while the mirror's lock and that write waited.
 type statusRecords struct {
 	mu  sync.Mutex // held while the records are read and used
 	tip string     // the status commit they were read at ("" none yet)

@@ -15,20 +15,20 @@ import (
 	"github.com/fleetwave/fleetwave/status"
 )
 
-// TestAFollowerFollowsTheStatusBranchAtItsOwnPace: a follower (a real
-// mirror and engine) applies every config commit at its sync, and
-// follows the status branch another hub writes only when it is due to:
-// between two follows its mirror's status branch stays where it was. The
-// records follow the status commits (the requests handled); taking the
-// lease, it reads what was committed since it last followed.
-func TestAFollowerFollowsTheStatusBranchAtItsOwnPace(t *testing.T) {
+// TestAFollowerCatchesUpWithTheStatusBranchWhenAsked: a follower (a real
+// mirror and engine) applies every config commit at its sync and leaves
+// the status branch another hub writes alone (following every status
+// commit costs what each wrote) until it is asked to catch up (the leader
+// missed a renewal): it then reads the records the status commits since
+// changed (the requests handled). Taking the lease, it reads what was
+// committed since it caught up.
+func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 	url := gittest.NewRemote(t, map[string]string{
 		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\n",
 		"nodes/n1.cue":  "kind: \"node\"\nname: \"n1\"\n",
 	})
 	h, _, fence := statusHub(t, url)
 	h.fence = 0 // a follower
-	h.cfg.Status.Interval = Duration(time.Hour)
 	v, err := schema.New()
 	if err != nil {
 		t.Fatal(err)
@@ -59,12 +59,17 @@ func TestAFollowerFollowsTheStatusBranchAtItsOwnPace(t *testing.T) {
 	}
 
 	c1 := commitStatus("first")
-	h.syncStep(ctx) // due at once
-	if tip, reqs := followed(); tip != c1 || reqs["first"].Rollout != "first-g1" {
-		t.Fatalf("followed %s with %v, want %s handling first", tip, reqs, c1)
-	}
+	h.syncStep(ctx)
 	if snap := h.Snapshot(); snap == nil || snap.Nodes["n1"] == nil {
 		t.Fatal("the follower applied no snapshot")
+	}
+	if tip, _ := followed(); tip != "" {
+		t.Errorf("followed %s before it was asked to", tip)
+	}
+	h.followAsked.Store(true)
+	h.syncStep(ctx)
+	if tip, reqs := followed(); tip != c1 || reqs["first"].Rollout != "first-g1" {
+		t.Fatalf("followed %s with %v once asked, want %s handling first", tip, reqs, c1)
 	}
 
 	c2 := commitStatus("second")
@@ -74,13 +79,12 @@ func TestAFollowerFollowsTheStatusBranchAtItsOwnPace(t *testing.T) {
 		t.Fatal("the follower did not apply the new config commit")
 	}
 	if tip, _ := followed(); tip != c1 {
-		t.Errorf("followed %s before it was due, want still %s", tip, c1)
+		t.Errorf("followed %s unasked, want still %s", tip, c1)
 	}
 	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c1 {
-		t.Errorf("the mirror's status branch at %s (%v) before the follow was due, want %s", tip, err, c1)
+		t.Errorf("the mirror's status branch at %s (%v) unasked, want %s", tip, err, c1)
 	}
-
-	h.followAt = time.Now() // due
+	h.followAsked.Store(true)
 	h.syncStep(ctx)
 	if tip, reqs := followed(); tip != c2 || reqs["second"].Rollout != "second-g1" || len(reqs) != 1 {
 		t.Fatalf("followed %s with %v, want %s handling second only", tip, reqs, c2)

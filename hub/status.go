@@ -734,7 +734,7 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 		return
 	}
 	// the status branch as the remote has it now: a follower taking the
-	// lease fetched it last at its own pace (followSpacing)
+	// lease fetched it last when it caught up (syncStep)
 	if _, _, err := h.repo.Fetch(ctx); err != nil && ctx.Err() == nil {
 		h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch the status branch; its records read as the mirror has them")
 	}

@@ -19,19 +19,23 @@ import (
 
 // syncStep fetches the tracked branch and, for a new commit that is not a
 // status-only one, validates it into the snapshot in force. Every replica
-// syncs: a follower keeps its mirror, its snapshot and the records of the
-// status in Git up to date (its API serves them), so a follower that takes
-// the lease starts warm. What only the leader does with a snapshot (the
-// records taken once per leadership, the approval commits, the push plan)
-// runs once per snapshot and fence (lead).
+// syncs: a follower's API answers from the same snapshot as the leader's,
+// and a follower that takes the lease has it at hand. A follower fetches
+// the status branch only to catch up with it, when the leader missed a
+// renewal (leaseLoop): following every status commit costs what each
+// wrote, at 100,000 nodes thousands of documents (fetched and read by
+// every follower, it took a third of a core each and the agents' cores
+// with it). What only the leader does with a snapshot (the records taken
+// once per leadership, the approval commits, the push plan) runs once per
+// snapshot and fence (lead).
 func (h *Hub) syncStep(ctx context.Context) {
 	asked := h.syncAsked.Swap(0)
 	start := time.Now()
 	steps := startLaps(start, asked)
 	// the leader fetches the status branch at every sync (its own status
-	// commits); a follower when it is due to follow it (followSpacing)
+	// commits); a follower only when it is to catch up with it (followAsked)
 	fence := h.currentFence()
-	follow := fence == 0 && (!start.Before(h.followAt) || h.followAsked.Swap(false))
+	follow := fence == 0 && h.followAsked.Swap(false)
 	fetch := h.repo.FetchBranch
 	if fence > 0 || follow {
 		fetch = h.repo.Fetch
@@ -44,26 +48,19 @@ func (h *Hub) syncStep(ctx context.Context) {
 		}
 		return
 	}
-	fetched := time.Since(start)
 	steps.Lap("fetch")
 	snap := h.applyCommit(ctx, head, steps)
 	switch {
 	case fence > 0:
 		h.lead(ctx, fence, steps)
 	case follow:
-		began := time.Now()
 		h.records.mu.Lock()
-		whole, err := h.followStatus(ctx)
+		_, err := h.followStatus(ctx)
 		h.records.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn().Err(err).Msg("follow the status branch")
 		}
 		steps.Lap("records")
-		took := fetched + time.Since(began)
-		if whole {
-			took = 0 // the first read says nothing of what following costs
-		}
-		h.followAt = time.Now().Add(followSpacing(h.cfg.Status.Interval.D(), took))
 	}
 	if snap == nil {
 		return
@@ -78,19 +75,6 @@ func (h *Hub) syncStep(ctx context.Context) {
 	}
 	ev.Int("objects", len(snap.Objects)).Int("nodes", len(snap.Nodes)).Int64("took_ms", took.Milliseconds()).
 		Func(lapFields(steps)).Msg("snapshot applied")
-}
-
-// followSpacing is how long a follower waits, after following the status
-// branch (its fetch and the records read) took took, before it follows it
-// again: the status interval, or ten times what following took when that
-// is longer. A follower then spends at most a tenth of a core following
-// however large the fleet: at 100,000 nodes a rollout's first status
-// commits are 100,000 documents, and two followers reading each of them
-// took the cores the agents' connections needed. A follower that sees the
-// leader miss a renewal follows at once (leaseLoop), and one that takes
-// the lease catches up on what it has not followed yet (loadGitRecords).
-func followSpacing(interval, took time.Duration) time.Duration {
-	return max(interval, 10*took)
 }
 
 // applyCommit validates head, the tracked branch's fetched tip, into the
