@@ -45,15 +45,15 @@ type statusRecords struct {
 // only the files changed since the commit they were read at (all of them
 // the first time, or when that commit is gone from the mirror). It
 // fetches nothing: the sync loop's fetch brings the status branch. The
-// caller holds h.records.mu. whole says it read every record.
-func (h *Hub) followStatus(ctx context.Context) (whole bool, err error) {
+// caller holds h.records.mu.
+func (h *Hub) followStatus(ctx context.Context) error {
 	rec := &h.records
 	tip, err := h.repo.StatusTip(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if tip == rec.tip {
-		return false, nil
+		return nil
 	}
 	start := time.Now()
 	from := rec.tip
@@ -64,7 +64,7 @@ func (h *Hub) followStatus(ctx context.Context) (whole bool, err error) {
 		delta, err = h.repo.StatusChanges(ctx, "", tip, recordPath)
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
 	if from == "" { // read whole: what was read before goes
 		rec.handled, rec.cursor, rec.approvals, rec.approvalAt, rec.open = nil, "", nil, nil, nil
@@ -74,7 +74,7 @@ func (h *Hub) followStatus(ctx context.Context) (whole bool, err error) {
 	rec.tip = tip
 	h.log.Debug().Str("status_commit", short(tip)).Str("from", short(from)).Int("files", len(delta.Files)).
 		Int("removed", len(delta.Removed)).Int64("took_ms", time.Since(start).Milliseconds()).Msg("status followed")
-	return from == "", nil
+	return nil
 }
 
 // recordPath says whether the status file at p holds records

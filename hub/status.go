@@ -738,7 +738,7 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 	if _, _, err := h.repo.Fetch(ctx); err != nil && ctx.Err() == nil {
 		h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch the status branch; its records read as the mirror has them")
 	}
-	if _, err := h.followStatus(ctx); err != nil {
+	if err := h.followStatus(ctx); err != nil {
 		h.log.Warn().Err(err).Msg("read status branch; requests known only from redis")
 		return
 	}

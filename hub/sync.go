@@ -55,7 +55,7 @@ func (h *Hub) syncStep(ctx context.Context) {
 		h.lead(ctx, fence, steps)
 	case follow:
 		h.records.mu.Lock()
-		_, err := h.followStatus(ctx)
+		err := h.followStatus(ctx)
 		h.records.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn().Err(err).Msg("follow the status branch")
