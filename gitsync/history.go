@@ -126,10 +126,16 @@ func (r *Repo) subtree(root plumbing.Hash, dir string) (plumbing.Hash, error) {
 // does not exist there (or is not a regular file). Files over the size
 // limit are an error.
 func (r *Repo) FileAt(ctx context.Context, commit, path string) (data []byte, ok bool, err error) {
+	return r.fileAt(ctx, "FileAt", commit, path, r.opts.maxFileSize)
+}
+
+// fileAt is FileAt for operation op, with files above limit bytes an
+// error.
+func (r *Repo) fileAt(ctx context.Context, op, commit, path string, limit int64) (data []byte, ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	defer r.lock("FileAt")()
+	defer r.lock(op)()
 	if err := r.usable(); err != nil {
 		return nil, false, err
 	}
@@ -137,22 +143,21 @@ func (r *Repo) FileAt(ctx context.Context, commit, path string) (data []byte, ok
 	if err != nil {
 		return nil, false, err
 	}
-	f, err := c.File(path)
-	if errors.Is(err, object.ErrFileNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+	root, err := c.Tree()
+	if err != nil {
+		return nil, false, err
+	}
+	e, err := root.FindEntry(path)
+	switch {
+	case errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("%s at %s: %w", path, commit, err)
+	case !regular(e.Mode):
 		return nil, false, nil
 	}
-	if err != nil {
+	if data, err = readBlob(r, e.Hash, limit); err != nil {
 		return nil, false, fmt.Errorf("%s at %s: %w", path, commit, err)
 	}
-	if !regular(f.Mode) {
-		return nil, false, nil
-	}
-	if f.Size > r.opts.maxFileSize {
-		return nil, false, fmt.Errorf("%s at %s: %d bytes, over the limit of %d", path, commit, f.Size, r.opts.maxFileSize)
-	}
-	s, err := f.Contents()
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s at %s: %w", path, commit, err)
-	}
-	return []byte(s), true, nil
+	return data, true, nil
 }

@@ -3,7 +3,6 @@ package gitsync
 import (
 	"context"
 	"crypto/sha1"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -211,35 +210,7 @@ func (r *Repo) statusDiff(ctx context.Context, from, to string) ([]change, error
 // StatusFile returns the status file at path in commit, read whole up to
 // MaxStatusFileSize; ok is false when commit has no such regular file.
 func (r *Repo) StatusFile(ctx context.Context, commit, path string) (data []byte, ok bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	defer r.lock("StatusFile")()
-	if err := r.usable(); err != nil {
-		return nil, false, err
-	}
-	c, err := r.commitObject(commit)
-	if err != nil {
-		return nil, false, err
-	}
-	e, err := c.Tree()
-	if err != nil {
-		return nil, false, err
-	}
-	entry, err := e.FindEntry(path)
-	switch {
-	case errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound):
-		return nil, false, nil
-	case err != nil:
-		return nil, false, fmt.Errorf("%s at %s: %w", path, commit, err)
-	case !regular(entry.Mode):
-		return nil, false, nil
-	}
-	data, err = readBlob(r, entry.Hash, MaxStatusFileSize)
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", path, err)
-	}
-	return data, true, nil
+	return r.fileAt(ctx, "StatusFile", commit, path, MaxStatusFileSize)
 }
 
 // safePath reports whether every element of a slash-separated path is a
