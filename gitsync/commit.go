@@ -735,7 +735,7 @@ func (ed *treeEditor) edit(base plumbing.Hash, edits map[string][]byte) (plumbin
 			continue
 		}
 		if data, ok := direct[e.Name]; ok {
-			if e.Mode == filemode.Regular && e.Hash == plumbing.Hash(BlobID(data)) {
+			if e.Mode == filemode.Regular && e.Hash == plumbing.Hash(blobID(data)) {
 				// the same bytes: the entry stays, and no object is
 				// stored or pushed again (a new leader's first status
 				// write renders every node's document, most unchanged)

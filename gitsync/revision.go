@@ -148,8 +148,8 @@ func (r *Repo) StatusChanges(ctx context.Context, from, to string, keep func(pat
 	return out, nil
 }
 
-// BlobID is the Git object id of a blob holding data.
-func BlobID(data []byte) [20]byte {
+// blobID is the Git object id of a blob holding data.
+func blobID(data []byte) [20]byte {
 	h := sha1.New()
 	var head [32]byte
 	h.Write(strconv.AppendInt(append(head[:0], "blob "...), int64(len(data)), 10))

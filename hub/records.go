@@ -1,7 +1,7 @@
 package hub
 
-// The records the hub reads back from the status committed to Git, kept
-// up to date by every replica from one status commit to the next.
+// The records the hub reads back from the status committed to Git, brought
+// up to date from what the status commits since the last read changed.
 
 import (
 	"context"
