@@ -281,10 +281,10 @@ const readyPingTimeout = 500 * time.Millisecond
 
 // Readiness checks what the hub needs to serve. Redis is required. A
 // snapshot in force is required of the leader, which dispatches from it;
-// followers serve the API and agents from Redis alone and do not sync
-// (only the leader reads the repository). Git is reported but not
-// required: while the remote is unreachable or its newest commit is
-// invalid, the leader keeps dispatching from its last good snapshot.
+// a follower serves agents from Redis before its first sync ends, and the
+// API's reads that need the repository once it has a snapshot. Git is
+// reported but not required: while the remote is unreachable or its
+// newest commit is invalid, the hub keeps its last good snapshot.
 func (h *Hub) Readiness(ctx context.Context) api.Readiness {
 	rd := api.Readiness{Checks: map[string]string{}}
 	fail := func(name, cause string) {

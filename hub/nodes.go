@@ -50,7 +50,8 @@ const maxNodeWriteAttempts = 3
 func (h *Hub) IdentitiesConfigured() bool { return len(h.cfg.Identities) > 0 }
 
 // errNoSnapshot answers API calls that need the repository before the hub
-// has a valid snapshot (followers never sync).
+// has a valid snapshot: its first sync has not ended, or no commit was
+// valid.
 var errNoSnapshot = &api.Error{Status: http.StatusServiceUnavailable, Code: "not_ready",
 	Message: "the hub has no valid snapshot of the repository yet: its first sync has not ended, or every commit was invalid"}
 
