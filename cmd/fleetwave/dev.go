@@ -46,6 +46,7 @@ type simFlags struct {
 	statusInt  time.Duration
 	heapDir    string
 	mutexDir   string
+	cpuDir     string
 	replicas   int
 	killLeader bool
 }
@@ -63,6 +64,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.heapDir, "heap-profile", "", "directory for the heap profile of the hub this command starts, taken once the rollout is done (heap-<nodes>.pprof; read with go tool pprof -top -inuse_space)")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "hub replicas this command starts, sharing one redis-server: the first leads, the agents are spread over all, the API probe reads the last")
 	cmd.Flags().BoolVar(&f.killLeader, "kill-leader", false, "with --replicas: kill the leading hub (SIGKILL) once half the rollout is done, and measure the takeover")
+	cmd.Flags().StringVar(&f.cpuDir, "cpu-profile", "", "directory for the CPU profile of the (leading) hub this command starts, sampled from the rollout's first dispatch for its ideal makespan (cpu-<nodes>.pprof; read with go tool pprof -top)")
 	cmd.Flags().StringVar(&f.mutexDir, "mutex-profile", "", "directory for the mutex profile of the hub this command starts (its lock waits over the whole run, one in ten sampled), taken once the rollout is done (mutex-<nodes>.pprof; read with go tool pprof -top)")
 }
 
@@ -87,6 +89,9 @@ func (f *simFlags) shape(cmd *cobra.Command, n int) (duration time.Duration, pol
 
 // heapProfile is the file of the hub's heap profile for n nodes ("" for none).
 func (f *simFlags) heapProfile(n int) string { return profileFile(f.heapDir, "heap", n) }
+
+// cpuProfile is the file of the hub's CPU profile for n nodes ("" for none).
+func (f *simFlags) cpuProfile(n int) string { return profileFile(f.cpuDir, "cpu", n) }
 
 // mutexProfile is the file of the hub's mutex profile for n nodes ("" for none).
 func (f *simFlags) mutexProfile(n int) string { return profileFile(f.mutexDir, "mutex", n) }
@@ -138,7 +143,7 @@ repository of N nodes), rolls a block out to every node and prints the scale rep
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: nodes, Duration: sf.duration, Pollers: sf.pollers,
 					H2C: sf.h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog, StatusInterval: sf.statusInt,
 					Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(nodes),
-					MutexProfile: sf.mutexProfile(nodes), Replicas: sf.replicas, KillLeader: sf.killLeader})
+					MutexProfile: sf.mutexProfile(nodes), CPUProfile: sf.cpuProfile(nodes), Replicas: sf.replicas, KillLeader: sf.killLeader})
 				if err != nil {
 					return err
 				}
@@ -381,7 +386,7 @@ up to 15,000 nodes (a connection per poll), h2c above.`,
 				res, err := fleetsim.Run(cmd.Context(), fleetsim.Scenario{Bin: bin, Nodes: n, Dir: dir, Keep: keep, Duration: duration,
 					Pollers: pollers, Posters: sf.posters, H2C: h2c, LocalAddrs: sf.localAddrs, Seed: sf.seed, HubLogLevel: sf.hubLog,
 					StatusInterval: sf.statusInt, Logger: log, Progress: cmd.ErrOrStderr(), HeapProfile: sf.heapProfile(n),
-					MutexProfile: sf.mutexProfile(n), Timeout: timeout, Replicas: sf.replicas, KillLeader: sf.killLeader})
+					MutexProfile: sf.mutexProfile(n), CPUProfile: sf.cpuProfile(n), Timeout: timeout, Replicas: sf.replicas, KillLeader: sf.killLeader})
 				if err != nil {
 					// the sizes measured so far are still reported
 					failed = fmt.Errorf("%d nodes: %w", n, err)

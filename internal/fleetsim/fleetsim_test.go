@@ -94,6 +94,7 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 	res, err := Run(t.Context(), Scenario{Bin: bin, Nodes: n, Duration: 200 * time.Millisecond, Pushes: 2, Seed: 7,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Progress: &progress,
 		HeapProfile: filepath.Join(profiles, "heap.pprof"), MutexProfile: filepath.Join(profiles, "mutex.pprof"),
+		CPUProfile:  filepath.Join(profiles, "cpu.pprof"),
 		HubLogLevel: "info"}) // every status write in the hub's log, the fast ones too
 	t.Log(progress.String())
 	if err != nil {
@@ -121,7 +122,7 @@ func TestScenarioAgainstRealHub(t *testing.T) {
 		t.Errorf("hub goroutine stacks per poll held: %d bytes, want under 16 KiB", res.PollStack)
 	}
 	// the profiles the run asked for are the hub's, each of its kind
-	for file, sampleType := range map[string]string{"heap.pprof": "inuse_space", "mutex.pprof": "contentions"} {
+	for file, sampleType := range map[string]string{"heap.pprof": "inuse_space", "mutex.pprof": "contentions", "cpu.pprof": "samples"} {
 		if text := gunzip(t, filepath.Join(profiles, file)); !strings.Contains(text, sampleType) {
 			t.Errorf("%s: no %q sample type: not the profile asked for", file, sampleType)
 		}

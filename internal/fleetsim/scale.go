@@ -57,7 +57,12 @@ type Scenario struct {
 	// written to at the same time: its lock waits over the whole run (the
 	// hub samples one contention in mutexProfileFraction).
 	MutexProfile string
-	LocalAddrs   []string
+	// CPUProfile, when set, is the file the leading hub's CPU profile is
+	// written to: sampled from the rollout's first dispatch for its ideal
+	// makespan (a whole second at least), where the hub's cores go while
+	// the fleet runs. A run that kills that hub says it got none.
+	CPUProfile string
+	LocalAddrs []string
 	// StatusInterval is the hub's status.interval (default 2s).
 	StatusInterval time.Duration
 	// HubLogLevel is the hub's --log-level (default warn: info logs a line
@@ -772,13 +777,22 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("rollout %s, where the API probe reads %s", mainID, wantMain)
 	}
 	probe.samples.countFrom(firstMain)
+	ideal := time.Duration((sc.Nodes+sc.MaxConcurrent-1)/sc.MaxConcurrent) * sc.Duration
+	cpuProfiled := make(chan error, 1)
+	if sc.CPUProfile != "" {
+		secs := max(1, int((ideal+time.Second-1)/time.Second))
+		go func(url string) {
+			cpuProfiled <- fetchProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", url, secs), sc.CPUProfile)
+		}(hub.debugURL)
+	} else {
+		cpuProfiled <- nil
+	}
 	routes0, err := scrapeHistograms(front.url, apiRoutes...)
 	if err != nil {
 		return res, err
 	}
 
 	// probe pushes while the rollout runs: each bumps the probe BRC
-	ideal := time.Duration((sc.Nodes+sc.MaxConcurrent-1)/sc.MaxConcurrent) * sc.Duration
 	res.Ideal = ideal
 	probesDone := make(chan error, 1)
 	go func() {
@@ -1012,6 +1026,16 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 			return res, fmt.Errorf("heap profile: %w", err)
 		}
 		say("heap profile of the hub written to %s (go tool pprof -top -inuse_space %s)", sc.HeapProfile, sc.HeapProfile)
+	}
+	if sc.CPUProfile != "" {
+		switch err := <-cpuProfiled; {
+		case err == nil:
+			say("CPU profile of the hub over the rollout written to %s (go tool pprof -top %s)", sc.CPUProfile, sc.CPUProfile)
+		case killed != nil:
+			say("no CPU profile: the run killed the hub it was sampling (%v)", err)
+		default:
+			return res, fmt.Errorf("CPU profile: %w", err)
+		}
 	}
 	if sc.MutexProfile != "" {
 		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/mutex", sc.MutexProfile); err != nil {
