@@ -144,6 +144,13 @@ type Hub struct {
 	nodeInputs   map[string]*nodeInputs
 	marksVersion uint64
 	marks        map[fleetwave.ObjectKey]int64
+	// nodesLast is when statusFiles last built the nodes' documents and
+	// nodesTook how long that took; nodesOwed says a status write since
+	// left them out (nodesDue), nodesForce that the next write builds them
+	// whatever (the last one, at shutdown). statusStep's goroutine only.
+	nodesLast             time.Time
+	nodesTook             time.Duration
+	nodesOwed, nodesForce bool
 	// partItems are the items each part of a large rollout's items was
 	// last built from (statusFiles), kept and forgotten with rendered.
 	partItems map[string][]fleetwave.Item
@@ -378,7 +385,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	cancelShutdown()
 	wg.Wait()
 	h.pushing.Wait()
-	// a last status write so that what happened is in the repository
+	// a last status write so that what happened is in the repository,
+	// the nodes' documents included
+	h.nodesForce = true
 	h.statusStep(context.Background())
 	if fence := h.currentFence(); fence > 0 {
 		_ = h.eng.Resign(context.Background(), h.owner, fence)

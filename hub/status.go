@@ -37,7 +37,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 	mark := fmt.Sprintf("%d/%d/%s", version, h.syncGen, h.waitsMark)
 	unchanged := mark == h.statusMark
 	h.mu.Unlock()
-	if unchanged {
+	if unchanged && !h.nodesOwedNow(time.Now()) {
 		return
 	}
 	// what Git says was handled must be known before this write, which
@@ -157,7 +157,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 			ev = h.log.Warn()
 		}
 		ev.Func(lapFields(steps)).Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
+			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
 	}
 }
 
@@ -187,6 +187,51 @@ type statusBatch struct {
 	// inputs changed); the others kept theirs. partsBuilt are the same for
 	// the parts of large rollouts' items, by path.
 	nodesBuilt, partsBuilt []string
+	// nodesLeft says the nodes' documents were left for a later write
+	// (nodesDue).
+	nodesLeft bool
+}
+
+// While a rollout runs, a status write builds the nodes' documents only
+// every nodesSpacing times what building them took the last time, when
+// that is longer than status.interval (at most maxNodesSpacing): at
+// 100,000 nodes, going over every node took about a second of each write,
+// and each write that changed one of their documents rewrote and pushed
+// the 4.4 MB tree of status/nodes (0.4 s of the git CLI's push alone,
+// and as much for every replica that fetches it). The rollouts' documents
+// and the summary are written at every write; the nodes' documents follow
+// at most maxNodesSpacing later, and at once when no rollout runs.
+const (
+	nodesSpacing    = 10
+	maxNodesSpacing = 30 * time.Second
+)
+
+// nodesWait is how long after the nodes' documents were last built a
+// write while a rollout runs waits before building them again (0: it
+// does not wait).
+func (h *Hub) nodesWait() time.Duration {
+	w := nodesSpacing * h.nodesTook
+	if w <= h.cfg.Status.Interval.D() {
+		return 0
+	}
+	return min(w, maxNodesSpacing)
+}
+
+// nodesDue says whether the status write at now builds the nodes'
+// documents: always when no rollout is active, when they were never built
+// under this fence, when the last write asked for it (nodesForce), or
+// when nodesWait passed since they were last built.
+func (h *Hub) nodesDue(now time.Time, active bool) bool {
+	if !active || h.nodeInputs == nil || h.nodesForce || h.nodesLast.IsZero() {
+		return true
+	}
+	return now.Sub(h.nodesLast) >= h.nodesWait()
+}
+
+// nodesOwedNow says whether a write left the nodes' documents out and
+// they are due now: statusStep writes then even when nothing else changed.
+func (h *Hub) nodesOwedNow(now time.Time) bool {
+	return h.nodesOwed && (h.nodesForce || now.Sub(h.nodesLast) >= h.nodesWait())
 }
 
 // renderedDoc is a status document as last rendered: the digest of its
@@ -361,6 +406,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		}
 	}
 	steps.Lap("rollouts")
+	active := slices.ContainsFunc(rollouts, func(r fleetwave.Rollout) bool { return !r.Status.Finished() })
 	sort.Slice(lines, func(i, j int) bool { return lines[i].ID < lines[j].ID })
 	if newest != nil {
 		c := newest.Counters
@@ -479,6 +525,14 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	files[status.SummaryPath] = doc
 	steps.Lap("summary")
 
+	if !h.nodesDue(time.Now(), active) {
+		// left for a later write: their documents as last built stay
+		h.nodesOwed, h.partItems = true, partItems
+		steps.Lap("nodes")
+		return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
+			rendered: rendered, partsBuilt: partsBuilt, nodesLeft: true}, nil
+	}
+	nodesStart := time.Now()
 	versions := h.history.of(nil)
 	heldByNode := map[string][]status.Held{}
 	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
@@ -606,6 +660,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		}
 	}
 	h.nodeInputs, h.partItems = inputs, partItems
+	h.nodesLast, h.nodesTook, h.nodesOwed, h.nodesForce = nodesStart, time.Since(nodesStart), false, false
 	steps.Lap("nodes")
 	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
 		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt}, nil

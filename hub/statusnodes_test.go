@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/gitsync"
 	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
@@ -199,5 +200,117 @@ func TestAttemptsThatDidNotReachTheirAgentAreCounted(t *testing.T) {
 	}
 	if want := map[string]float64{"client_gone": 1, "write_failed": 2, "agent_said": 0}; !maps.Equal(got, want) {
 		t.Errorf("fleetwave_attempts_unreceived_total by reason = %v, want %v", got, want)
+	}
+}
+
+// TestNodeDocumentsWaitTheirTurnWhileARolloutRuns: once building the
+// nodes' documents took more than a tenth of status.interval, a status
+// commit while a rollout runs leaves them out (the rollout's document and
+// the summary go in) until ten times that build passed; statusStep then
+// commits them even though nothing else changed; with no rollout running,
+// or at the last write (nodesForce), they are built at once (real
+// redis-server, real mirror and remote).
+func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
+	h, clk, fence := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
+	ctx := context.Background()
+	h.cfg.Status.Interval = Duration(time.Second)
+	h.snapshot = &fleetwave.Snapshot{Nodes: map[string]*fleetwave.Node{"n0": {ID: "n0"}, "n1": {ID: "n1"}}}
+	report := func(node, version string) {
+		t.Helper()
+		clk.Advance(time.Second)
+		r := fleetwave.Report{Node: node, AgentVersion: "1.0.0", SentAt: clk.Now(),
+			Instances: []fleetwave.InstanceStatus{{Block: "web", Version: version, Generation: 1}}}
+		if err := h.Report(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the version the committed document of node says it runs
+	committed := func(node string) string {
+		t.Helper()
+		tip, err := h.repo.StatusTip(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, ok, err := h.repo.StatusFile(ctx, tip, status.NodePath(node))
+		if err != nil || !ok {
+			t.Fatalf("%s at %s: %v (found %v)", status.NodePath(node), short(tip), err, ok)
+		}
+		doc, err := status.DecodeNode(data)
+		if err != nil || len(doc.Instances) != 1 {
+			t.Fatalf("%s: %v, instances %+v", status.NodePath(node), err, doc.Instances)
+		}
+		return doc.Instances[0].Version
+	}
+	touch := func() { // something else for status to write (a sync's result)
+		h.mu.Lock()
+		h.syncGen++
+		h.mu.Unlock()
+	}
+	report("n0", "1")
+	report("n1", "1")
+	spec := fleetwave.RolloutSpec{BaseID: "web-g2", MaxConcurrent: 1,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 2, Kind: fleetwave.SourceScheduler}}
+	spec.Items = append(spec.Items, fleetwave.ItemSpec{Node: "n0", Block: "web", Action: fleetwave.ActionUpgrade, Generation: 2,
+		TargetVersion: "2", Payload: fleetwave.AttemptPayload{Command: "true", TimeoutSeconds: 60}})
+	id, _, err := h.eng.CreateRollout(ctx, fence, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h.statusStep(ctx) // the first write builds every node's document
+	if got := committed("n1"); got != "1" {
+		t.Fatalf("n1's document says %q after the first write, want 1", got)
+	}
+	// the last build "took" 200 ms: twice what a tenth of the interval allows
+	h.nodesTook = 200 * time.Millisecond
+	report("n1", "2")
+	touch()
+	h.statusStep(ctx)
+	if !h.nodesOwed {
+		t.Fatal("the write after a costly build of the nodes' documents, a rollout running, built them")
+	}
+	if got := committed("n1"); got != "1" {
+		t.Fatalf("n1's document says %q while its turn had not come, want 1 (as last built)", got)
+	}
+	before, err := h.repo.StatusTip(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.statusStep(ctx) // nothing changed and their turn has not come: no commit
+	if tip, _ := h.repo.StatusTip(ctx); tip != before {
+		t.Fatalf("a status commit %s with nothing changed before the nodes' turn", short(tip))
+	}
+	h.nodesLast = h.nodesLast.Add(-2 * time.Second) // ten times 200 ms passed
+	h.statusStep(ctx)
+	if got := committed("n1"); got != "2" || h.nodesOwed {
+		t.Fatalf("n1's document says %q once its turn came (owed still: %v), want 2", got, h.nodesOwed)
+	}
+
+	// no rollout running: built at once, whatever the last build took
+	h.nodesTook = 200 * time.Millisecond
+	if err := h.eng.SetRolloutState(ctx, fence, id, engine.ActionCancel, "test"); err != nil {
+		t.Fatal(err)
+	}
+	report("n1", "3")
+	h.statusStep(ctx)
+	if got := committed("n1"); got != "3" {
+		t.Fatalf("n1's document says %q with no rollout running, want 3", got)
+	}
+
+	// a rollout running again: left out, then built by the last write
+	spec.BaseID, spec.Source.Generation = "web-g3", 3
+	if _, _, err := h.eng.CreateRollout(ctx, fence, spec); err != nil {
+		t.Fatal(err)
+	}
+	h.nodesTook = 200 * time.Millisecond
+	report("n1", "4")
+	h.statusStep(ctx)
+	if got := committed("n1"); got != "3" || !h.nodesOwed {
+		t.Fatalf("n1's document says %q (owed: %v) while a rollout runs, want 3 and owed", got, h.nodesOwed)
+	}
+	h.nodesForce = true // as the hub's last write at shutdown
+	h.statusStep(ctx)
+	if got := committed("n1"); got != "4" {
+		t.Fatalf("n1's document says %q after the last write, want 4", got)
 	}
 }
