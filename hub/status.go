@@ -197,10 +197,11 @@ type statusBatch struct {
 // that is longer than status.interval (at most maxNodesSpacing): at
 // 100,000 nodes, going over every node took about a second of each write,
 // and each write that changed one of their documents rewrote and pushed
-// the 4.4 MB tree of status/nodes (0.4 s of the git CLI's push alone,
-// and as much for every replica that fetches it). The rollouts' documents
-// and the summary are written at every write; the nodes' documents follow
-// at most maxNodesSpacing later, and at once when no rollout runs.
+// the 4.4 MB tree of status/nodes (0.4 s of the git CLI's push alone),
+// which every replica that fetches the status branch fetches again. The
+// rollouts' documents and the summary are written at every write; the
+// nodes' documents follow at most maxNodesSpacing later, and at once when
+// no rollout runs.
 const (
 	nodesSpacing    = 10
 	maxNodesSpacing = 30 * time.Second

@@ -782,7 +782,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	if sc.CPUProfile != "" {
 		secs := max(1, int((ideal+time.Second-1)/time.Second))
 		go func(url string) {
-			cpuProfiled <- fetchProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", url, secs), sc.CPUProfile)
+			cpuProfiled <- fetchProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", url, secs), sc.CPUProfile, time.Duration(secs)*time.Second)
 		}(hub.debugURL)
 	} else {
 		cpuProfiled <- nil
@@ -1022,7 +1022,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	}
 	say("hub goroutine stacks: %d MiB, %d KiB per poll held", stacks>>20, res.PollStack>>10)
 	if sc.HeapProfile != "" {
-		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/heap?gc=1", sc.HeapProfile); err != nil {
+		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/heap?gc=1", sc.HeapProfile, 0); err != nil {
 			return res, fmt.Errorf("heap profile: %w", err)
 		}
 		say("heap profile of the hub written to %s (go tool pprof -top -inuse_space %s)", sc.HeapProfile, sc.HeapProfile)
@@ -1038,7 +1038,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		}
 	}
 	if sc.MutexProfile != "" {
-		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/mutex", sc.MutexProfile); err != nil {
+		if err := fetchProfile(ctx, hub.debugURL+"/debug/pprof/mutex", sc.MutexProfile, 0); err != nil {
 			return res, fmt.Errorf("mutex profile: %w", err)
 		}
 		say("mutex profile of the hub written to %s (go tool pprof -top %s)", sc.MutexProfile, sc.MutexProfile)
@@ -1283,9 +1283,11 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 	return nil
 }
 
-// fetchProfile saves the profile at addr (on the hub's debug.listen) to path.
-func fetchProfile(ctx context.Context, addr, path string) error {
-	return get(ctx, &http.Client{Timeout: time.Minute}, addr, func(r io.Reader) error {
+// fetchProfile saves the profile at addr (on the hub's debug.listen) to
+// path; sampled is how long the hub samples it before it answers (a CPU
+// profile's seconds, 0 for the others).
+func fetchProfile(ctx context.Context, addr, path string, sampled time.Duration) error {
+	return get(ctx, &http.Client{Timeout: sampled + time.Minute}, addr, func(r io.Reader) error {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
