@@ -642,12 +642,15 @@ func TestEarlyAnswerOverH2CKeepsTheConnection(t *testing.T) {
 			return []fleetwave.Attempt{{ID: "att-" + node, Node: node}}, nil
 		}
 	}}
-	// PINGs are not what this test is about: on a loaded machine a client
-	// slow to answer one within testLimits' half second loses the
-	// connection (the PING test proves that), which this test would take
-	// for the early answer's doing
+	// PINGs and stalled writes are not what this test is about: on a
+	// loaded machine a client slow to answer a PING within testLimits'
+	// half second, or a hub's frame writer that waits for a core past
+	// testLimits' one-second write deadline (once in a CI run of two test
+	// suites at once under the race detector), loses the connection (the
+	// PING and stalled-write tests prove those), which this test would
+	// take for the early answer's doing
 	lim := testLimits
-	lim.Header = 20 * time.Second
+	lim.Header, lim.Write = 20*time.Second, 20*time.Second
 	addr := startAPI(t, h, lim, testAPIOptions...)
 	dl := newDialLog()
 	c := client(t, "h2c", dl)
@@ -661,6 +664,7 @@ func TestEarlyAnswerOverH2CKeepsTheConnection(t *testing.T) {
 	if r := send(t, c, "POST", "http://"+addr+"/api/v1/agent/nodes/n1/report", "", body); r.status != http.StatusUnauthorized {
 		t.Fatalf("report without a token answered %d %s, want 401", r.status, r.body)
 	}
+	reported := time.Now()
 	if r := <-poll; r.status != 200 || !strings.Contains(r.body, "att-n1") {
 		t.Fatalf("the poll beside the refused report answered %d %s", r.status, r.body)
 	}
@@ -668,7 +672,13 @@ func TestEarlyAnswerOverH2CKeepsTheConnection(t *testing.T) {
 		t.Fatalf("healthz after: %d", r.status)
 	}
 	if n := dl.dials.Load(); n != 1 {
-		t.Fatalf("%d connections, want 1: the early answer ended the shared connection", n)
+		closed := "the client closed it"
+		select {
+		case at := <-dl.closed:
+			closed = fmt.Sprintf("the hub closed it %s after the report", at.Sub(reported).Round(time.Millisecond))
+		default:
+		}
+		t.Fatalf("%d connections, want 1 (%s): the early answer ended the shared connection", n, closed)
 	}
 }
 
