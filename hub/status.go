@@ -209,10 +209,12 @@ const (
 
 // nodesWait is how long after the nodes' documents were last built a
 // write while a rollout runs waits before building them again (0: it
-// does not wait).
+// does not wait). A hub without a status.interval (one a test builds
+// whole; a configured hub always has one) never waits: its writes are
+// called, not paced.
 func (h *Hub) nodesWait() time.Duration {
-	w := nodesSpacing * h.nodesTook
-	if w <= h.cfg.Status.Interval.D() {
+	w, iv := nodesSpacing*h.nodesTook, h.cfg.Status.Interval.D()
+	if iv <= 0 || w <= iv {
 		return 0
 	}
 	return min(w, maxNodesSpacing)

@@ -261,8 +261,8 @@ func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
 	if got := committed("n1"); got != "1" {
 		t.Fatalf("n1's document says %q after the first write, want 1", got)
 	}
-	// the last build "took" 200 ms: twice what a tenth of the interval allows
-	h.nodesTook = 200 * time.Millisecond
+	// the last build "took" a second: its documents wait ten
+	h.nodesTook = time.Second
 	report("n1", "2")
 	touch()
 	h.statusStep(ctx)
@@ -280,14 +280,14 @@ func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
 	if tip, _ := h.repo.StatusTip(ctx); tip != before {
 		t.Fatalf("a status commit %s with nothing changed before the nodes' turn", short(tip))
 	}
-	h.nodesLast = h.nodesLast.Add(-2 * time.Second) // ten times 200 ms passed
+	h.nodesLast = h.nodesLast.Add(-10 * time.Second) // ten times the build passed
 	h.statusStep(ctx)
 	if got := committed("n1"); got != "2" || h.nodesOwed {
 		t.Fatalf("n1's document says %q once its turn came (owed still: %v), want 2", got, h.nodesOwed)
 	}
 
 	// no rollout running: built at once, whatever the last build took
-	h.nodesTook = 200 * time.Millisecond
+	h.nodesTook = time.Second
 	if err := h.eng.SetRolloutState(ctx, fence, id, engine.ActionCancel, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
 	if _, _, err := h.eng.CreateRollout(ctx, fence, spec); err != nil {
 		t.Fatal(err)
 	}
-	h.nodesTook = 200 * time.Millisecond
+	h.nodesTook = time.Second
 	report("n1", "4")
 	h.statusStep(ctx)
 	if got := committed("n1"); got != "3" || !h.nodesOwed {
