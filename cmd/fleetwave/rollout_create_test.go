@@ -22,6 +22,14 @@ func TestRolloutCreateAndWatchAgainstAHub(t *testing.T) {
 	f.waitFor("the install rollout to complete", func(out string, code int) bool {
 		return code == 0 && strings.Contains(out, `"status": "completed"`)
 	}, "rollout", "get", "app-g1", "-o", "json")
+	// a restart needs the instance as its node reports it: a node whose
+	// last report shows none is skipped (not_installed), and a loaded
+	// machine can finish the install before the reports that show it
+	for _, n := range []string{"n1", "n2"} {
+		f.waitFor(n+" to report app installed", func(out string, code int) bool {
+			return code == 0 && hasRow(out, "app", "1")
+		}, "node", "get", n)
+	}
 
 	// dry run: the resolved nodes and items, nothing written
 	args := []string{"rollout", "create", "--brc", "app", "--action", "restart", "--selector", "tier in (web)", "--name", "restart-web", "--token", "op-token"}
@@ -65,7 +73,8 @@ func TestRolloutCreateAndWatchAgainstAHub(t *testing.T) {
 	evs := jsonEvents(t, out)
 	last := evs[len(evs)-1]
 	if last.Rollout != "manual-restart-web" || last.Status != fleetwave.RolloutCompleted || last.Counters.Total != 2 || last.Counters.Done != 2 {
-		t.Fatalf("last event %+v\n%s", last, out)
+		items, _, _ := f.cli("rollout", "get", "manual-restart-web", "-o", "json") // the items' reasons
+		t.Fatalf("last event %+v\n%s\nthe rollout:\n%s", last, out, items)
 	}
 	for i, ev := range evs[:len(evs)-1] {
 		if ev.Rollout != "manual-restart-web" || rolloutFinished(ev.Status) || ev.same(evs[i+1]) {
