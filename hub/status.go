@@ -333,6 +333,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	lastParts, partItems := h.partItems, map[string][]fleetwave.Item{}
 	h.partItems = nil
 	var partsBuilt []string
+	active := false // a rollout not finished yet: nodesDue
 	for i := range rollouts {
 		r := rollouts[i]
 		lines = append(lines, status.RolloutLine{ID: r.ID, Status: r.Status, Reason: r.Reason, Wave: r.Wave,
@@ -344,6 +345,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			claimed = append(claimed, r.ID)
 		}
 		done := r.Status.Finished()
+		active = active || !done
 		if done && h.rolloutsWritten[r.ID] && !changed[r.ID] {
 			continue // its final document is committed: the file stays as it is
 		}
@@ -409,7 +411,6 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		}
 	}
 	steps.Lap("rollouts")
-	active := slices.ContainsFunc(rollouts, func(r fleetwave.Rollout) bool { return !r.Status.Finished() })
 	sort.Slice(lines, func(i, j int) bool { return lines[i].ID < lines[j].ID })
 	if newest != nil {
 		c := newest.Counters
@@ -441,6 +442,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	h.mu.Lock()
 	nextFire, holds, problems := h.nextFire, h.holds, h.problems
 	h.mu.Unlock()
+	// the instances held back, and why: counted in the summary, listed in
+	// their nodes' documents
+	held := append(append([]reconciler.Problem{}, holds...), problems...)
 	// every node's drift, worked out again for the nodes whose report or
 	// snapshot changed (nil snap: none)
 	h.drift.Update(snap, obs, h.clock.Now(), h.cfg.StaleAfter.D(), h.reconcilerOptions())
@@ -484,9 +488,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	// last commit whose approvals/ changes were processed
 	summary.Approval = &status.ApprovalSummary{Required: h.cfg.Approval.Required, TTL: h.cfg.Approval.TTL.D().String(),
 		Scope: h.cfg.Approval.Scope, Requests: approvalCounts(approvals), Cursor: cursor}
-	if len(holds) > 0 || len(problems) > 0 {
+	if len(held) > 0 {
 		summary.HeldInstances = map[string]int{}
-		for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
+		for _, p := range held {
 			summary.HeldInstances[p.Reason]++
 		}
 	}
@@ -528,17 +532,30 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	files[status.SummaryPath] = doc
 	steps.Lap("summary")
 
-	if !h.nodesDue(time.Now(), active) {
+	b := statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
+		rendered: rendered, partsBuilt: partsBuilt}
+	if h.nodesDue(time.Now(), active) {
+		if err := h.nodeFiles(&b, snap, obs, waitingByNode, held); err != nil {
+			return statusBatch{}, err
+		}
+	} else {
 		// left for a later write: their documents as last built stay
-		h.nodesOwed, h.partItems = true, partItems
-		steps.Lap("nodes")
-		return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
-			rendered: rendered, partsBuilt: partsBuilt, nodesLeft: true}, nil
+		h.nodesOwed, b.nodesLeft = true, true
 	}
+	h.partItems = partItems
+	steps.Lap("nodes")
+	return b, nil
+}
+
+// nodeFiles builds into b the documents of the nodes whose inputs changed
+// since they were last built (nodeInputs) and keeps the others': the
+// observed nodes, then those only the snapshot lists. waitingByNode and
+// held are what each node waits on and what holds its instances.
+func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.Observations, waitingByNode map[string][]status.WaitingItem, held []reconciler.Problem) error {
 	nodesStart := time.Now()
 	versions := h.history.of(nil)
 	heldByNode := map[string][]status.Held{}
-	for _, p := range append(append([]reconciler.Problem{}, holds...), problems...) {
+	for _, p := range held {
 		heldByNode[p.Node] = append(heldByNode[p.Node], status.Held{Block: p.Block, BRC: p.Trigger, Reason: p.Reason, Message: p.Message})
 	}
 	// kept only once every document is built: a build that fails part
@@ -606,8 +623,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			// no older snapshot kept alive by it)
 			last.snap = snap
 			if last.doc.data != nil { // not landed yet (keepRendered)
-				files[last.path] = last.doc.data
-				rendered = append(rendered, last.path)
+				b.files[last.path] = last.doc.data
+				b.rendered = append(b.rendered, last.path)
 			}
 			continue
 		}
@@ -643,10 +660,10 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		}
 		data, err := status.RenderNode(ns)
 		if err != nil {
-			return statusBatch{}, fmt.Errorf("node %s: %w", node, err)
+			return fmt.Errorf("node %s: %w", node, err)
 		}
-		if h.writeRendered(files, path, data) {
-			rendered = append(rendered, path)
+		if h.writeRendered(b.files, path, data) {
+			b.rendered = append(b.rendered, path)
 		}
 		in.path, in.doc = path, h.rendered[path]
 		if had {
@@ -662,11 +679,9 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			}
 		}
 	}
-	h.nodeInputs, h.partItems = inputs, partItems
+	h.nodeInputs, b.nodesBuilt = inputs, built
 	h.nodesLast, h.nodesTook, h.nodesOwed, h.nodesForce = nodesStart, time.Since(nodesStart), false, false
-	steps.Lap("nodes")
-	return statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
-		rendered: rendered, nodesBuilt: built, partsBuilt: partsBuilt}, nil
+	return nil
 }
 
 // nodeInputs is what a node's status document is built from, by value. A
