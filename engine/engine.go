@@ -187,7 +187,7 @@ var luaFS embed.FS
 // bareScripts).
 var scriptNames = []string{
 	"campaign", "renew", "resign", "create_rollout", "step", "complete", "report", "set_state",
-	"ack_outbox", "undeliver", "set_drain", "release", "record", "approval", "pop",
+	"ack_outbox", "undeliver", "set_drain", "release", "record", "approval", "pop", "status_tip",
 }
 
 // bareScripts go without lib.lua: they run for every poll that finds work.

@@ -102,6 +102,34 @@ func (e *Engine) AckOutbox(ctx context.Context, fence int64, ids ...string) (int
 	return n, nil
 }
 
+// RecordStatusTip records commit as the status commit the leader (fence)
+// pushed last, once it landed. ErrStaleFence when fence is not the current
+// leader's.
+func (e *Engine) RecordStatusTip(ctx context.Context, fence int64, commit string) error {
+	status, _, err := e.run(ctx, "status_tip", fenceArg(fence), e.nowMS(), commit)
+	if err != nil {
+		return err
+	}
+	if status != "ok" {
+		return ErrStaleFence
+	}
+	return nil
+}
+
+// StatusTip returns the status commit recorded last (RecordStatusTip), ""
+// when none: when the status branch is still at it, Redis holds what every
+// status commit recorded.
+func (e *Engine) StatusTip(ctx context.Context) (string, error) {
+	v, err := e.rdb.Get(ctx, e.key("statustip")).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read status tip: %w", err)
+	}
+	return v, nil
+}
+
 // LaneDepth is the queue depth of one lane (an item's managed_by) over
 // every rollout.
 type LaneDepth struct {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -177,5 +178,44 @@ func TestLaneDepths(t *testing.T) {
 		h.complete(h.poll("n4")[0], fleetwave.ResultSuccess)
 		h.complete(h.poll("n3")[0], fleetwave.ResultSuccess)
 		depths(map[string]LaneDepth{"": {}, "team-a": {}})
+	})
+}
+
+func TestStatusTip(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		tip := func() string {
+			t.Helper()
+			v, err := h.e.StatusTip(h.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		if got := tip(); got != "" {
+			t.Fatalf("status tip before any record: %q, want none", got)
+		}
+		v0, err := h.e.Version(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.e.RecordStatusTip(h.ctx, h.fence, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.e.RecordStatusTip(h.ctx, h.fence, "c2"); err != nil {
+			t.Fatal(err)
+		}
+		if got := tip(); got != "c2" {
+			t.Fatalf("status tip %q, want the last recorded, c2", got)
+		}
+		if v, err := h.e.Version(h.ctx); err != nil || v != v0 {
+			t.Fatalf("version %d after recording the tip (err %v), want %d: a record is no change to report", v, err, v0)
+		}
+		if err := h.e.RecordStatusTip(h.ctx, h.fence+1, "c3"); !errors.Is(err, ErrStaleFence) {
+			t.Fatalf("record under another fence: %v, want ErrStaleFence", err)
+		}
+		if got := tip(); got != "c2" {
+			t.Fatalf("status tip %q after a refused record, want c2", got)
+		}
 	})
 }

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/memory"
 )
 
 // StatusBranch returns the branch status commits are pushed to: the status
@@ -150,4 +154,41 @@ func (r *Repo) newStatusBranchBase(tracked plumbing.Hash, s storer.EncodedObject
 		}
 	}
 	return statusBase{tree: tree}, nil
+}
+
+// RemoteStatusTip returns the commit the remote's status branch points to
+// ("" when it has none), read from the remote's refs alone: nothing is
+// fetched and the mirror's lock is not taken, so it answers while a fetch
+// of a long status history holds that lock.
+func (r *Repo) RemoteStatusTip(ctx context.Context) (string, error) {
+	name := plumbing.NewBranchReferenceName(r.StatusBranch())
+	if dir := fetchGitDir(r.remote); dir != "" {
+		remote := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(0)) // its refs only
+		ref, err := remote.Reference(name)
+		switch {
+		case errors.Is(err, plumbing.ErrReferenceNotFound):
+			return "", nil
+		case err != nil:
+			return "", fmt.Errorf("read the remote's status branch: %w", err)
+		case ref.Type() != plumbing.HashReference:
+			return "", fmt.Errorf("read the remote's status branch: %s is not a commit", name)
+		}
+		return ref.Hash().String(), nil
+	}
+	lctx, cancel := transportContext(ctx)
+	defer cancel()
+	refs, err := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: remoteName, URLs: []string{r.remote}}).
+		ListContext(lctx, &git.ListOptions{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", r.translate("list the remote's refs", err)
+	}
+	for _, ref := range refs {
+		if ref.Name() == name && ref.Type() == plumbing.HashReference {
+			return ref.Hash().String(), nil
+		}
+	}
+	return "", nil
 }

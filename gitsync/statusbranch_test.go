@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
@@ -480,5 +482,64 @@ func TestStatusChangesReadsWhatAStatusCommitChanged(t *testing.T) {
 	}
 	if _, ok, err := r.StatusFile(ctx, c2, "status/missing/n.yaml"); err != nil || ok {
 		t.Errorf("StatusFile under a missing directory: %v, %v", ok, err)
+	}
+}
+
+// TestRemoteStatusTipNeitherFetchesNorWaitsForTheMirror: the remote's
+// status tip is read from its refs while the mirror's lock is held (a hub
+// fetching a long status history holds it for minutes), and nothing is
+// fetched: the mirror's status branch stays where it was. Both ways: the
+// remote's own refs (a remote on this machine) and the transport's ref
+// advertisement (any other).
+func TestRemoteStatusTipNeitherFetchesNorWaitsForTheMirror(t *testing.T) {
+	isolateGit(t)
+	for _, local := range []bool{true, false} {
+		t.Run(fmt.Sprintf("local %v", local), func(t *testing.T) {
+			url := gittest.NewRemote(t, map[string]string{"nodes/a.json": "{}"})
+			if !local {
+				// objects kept partly elsewhere: not read as a local remote
+				alt := filepath.Join(bareOf(url), "objects", "info", "alternates")
+				if err := os.WriteFile(alt, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if fetchGitDir(url) != "" {
+					t.Fatal("the remote is still read as a local one")
+				}
+			}
+			ctx := context.Background()
+			opts := []Option{WithStatusBranch(testStatusBranch), WithAuthor("fleetwave hub", "hub@example.com")}
+			r, writer := open(t, url, opts...), open(t, url, opts...)
+			if tip, err := r.RemoteStatusTip(ctx); err != nil || tip != "" {
+				t.Fatalf("RemoteStatusTip with no status branch = %q, %v; want none", tip, err)
+			}
+			fetch(t, r)
+			before, err := r.StatusTip(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := writer.CommitStatus(ctx, map[string][]byte{"status/summary.yaml": []byte("total: 1\n")}, StatusMessage("Status: first", ""))
+			if err != nil || first == "" {
+				t.Fatalf("CommitStatus = %q, %v", first, err)
+			}
+			unlock := r.lock("test: hold")
+			got, errc := make(chan string, 1), make(chan error, 1)
+			go func() {
+				tip, err := r.RemoteStatusTip(ctx)
+				got <- tip
+				errc <- err
+			}()
+			select {
+			case tip := <-got:
+				if err := <-errc; err != nil || tip != first {
+					t.Fatalf("RemoteStatusTip = %q, %v; want %s", tip, err, first)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("RemoteStatusTip waited for the mirror's lock")
+			}
+			unlock()
+			if after, err := r.StatusTip(ctx); err != nil || after != before {
+				t.Fatalf("the mirror's status tip moved to %q (%v), from %s: something was fetched", after, err, before)
+			}
+		})
 	}
 }
