@@ -123,13 +123,24 @@ type Hub struct {
 	// total loss of Redis they are what says a request already ran.
 	gitRequests map[string]fleetwave.RequestStatus
 	// records are what the status in Git records, followed from one
-	// status commit to the next by leader and followers (records.go).
+	// status commit to the next by the leader (records.go).
 	records statusRecords
 	// lostDocs are the closed documents of the rollouts Git says were
 	// unfinished but Redis no longer has (closeLostRollouts), by rollout
 	// id, until a status commit holds them.
 	lostDocs map[string]map[string][]byte
 	gitFence int64
+	// heldAt says, for one fence, whether Redis held the status commit the
+	// remote's status branch pointed to when that leadership began
+	// (redisHoldsStatus); recordsLoading is the fence whose records are
+	// read in the background (0: none), recordsLoads those reads (Run
+	// waits for them).
+	heldAt         statusHeld
+	recordsLoading atomic.Int64
+	recordsLoads   sync.WaitGroup
+	// beforeRecords, if set, runs as a read of the records begins (tests
+	// use it to hold one while the hub plans).
+	beforeRecords func()
 	// rendered remembers, per path of a status document that is
 	// rewritten only when it changed (a node's document, a part of a large
 	// rollout's items), the digest of its bytes and, until
@@ -385,6 +396,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	cancelShutdown()
 	wg.Wait()
 	h.pushing.Wait()
+	h.recordsLoads.Wait()
 	// a last status write so that what happened is in the repository,
 	// the nodes' documents included
 	h.nodesForce = true

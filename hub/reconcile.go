@@ -98,7 +98,7 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 		seen[n] = true
 	}
 	h.asks.reconciled(seen, observedAt, snap)
-	h.loadGitRecords(ctx, fence)
+	recordsPending := h.gitRecords(ctx, fence)
 	if _, err := h.eng.SetDrained(ctx, fence, drainedNodes(snap)); err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn().Err(err).Msg("set draining nodes")
@@ -146,9 +146,15 @@ func (h *Hub) reconcileStep(ctx context.Context) {
 	}
 	phases.Lap("create")
 	h.sent.prune(time.Now())
-	h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
+	// the requests and approvals wait for what Git records of them (the
+	// read kicks a reconcile when done)
+	if !recordsPending {
+		h.manualRequests(ctx, fence, snap, obs, version, opts, actor)
+	}
 	phases.Lap("requests")
-	h.approvalsStep(ctx, fence, snap, obs, version, opts)
+	if !recordsPending {
+		h.approvalsStep(ctx, fence, snap, obs, version, opts)
+	}
 	phases.Lap("approvals")
 	h.mu.Lock()
 	h.holds, h.problems, h.gated = plan.Holds, plan.Problems, gated

@@ -15,6 +15,91 @@ import (
 	"github.com/fleetwave/fleetwave/status"
 )
 
+// gitRecords makes sure the records the status in Git holds are read for
+// fence (loadGitRecords) before what needs them runs: the manual requests
+// (a request handled before Redis lost it must not run again), the
+// approvals, the approval commits. It returns pending true while they are
+// read in the background: when Redis holds the status commit the remote's
+// status branch points to (redisHoldsStatus), the records add nothing the
+// trigger rollouts' planning needs, and a new leader plans at once. At
+// 100,000 nodes a follower that takes the lease fetches minutes of status
+// history first (attempt 169: 94 s, then 36 s of records), and the pushes
+// of that time waited for it. Otherwise (Redis lost writes, or this is the
+// first status write of a hub that records its tip) they are read now, as
+// before any status write.
+func (h *Hub) gitRecords(ctx context.Context, fence int64) (pending bool) {
+	if h.recordsRead(fence) {
+		return false
+	}
+	if !h.redisHoldsStatus(ctx, fence) {
+		h.loadGitRecords(ctx, fence)
+		return false
+	}
+	if h.recordsLoading.Swap(fence) != fence {
+		h.recordsLoads.Go(func() {
+			h.loadGitRecords(ctx, fence)
+			h.recordsLoading.CompareAndSwap(fence, 0) // read, or failed: tried again at the next call
+			// what waited for them: the approval commits (lead), the
+			// requests and approvals (reconcileStep)
+			h.kick(h.syncNow)
+			h.kick(h.reconcileNow)
+		})
+	}
+	return !h.recordsRead(fence)
+}
+
+// recordsRead says whether the records of the status in Git were read
+// under fence.
+func (h *Hub) recordsRead(fence int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gitFence == fence
+}
+
+// statusHeld is redisHoldsStatus's answer for one fence.
+type statusHeld struct {
+	fence int64
+	held  bool
+}
+
+// redisHoldsStatus says whether the status commit the leader recorded last
+// in Redis (RecordStatusTip, once it landed) is the one the remote's status
+// branch points to, checked once per fence. Redis loses a suffix of its
+// writes (a failover before replication, a restart from an older
+// snapshot), never a write without those before it: when the record is
+// there, so is everything that commit was built from. When no status was
+// ever written, both are empty. The remote is read from its refs (nothing
+// fetched, the mirror's lock not taken). Any error says no: the records
+// are then read first.
+func (h *Hub) redisHoldsStatus(ctx context.Context, fence int64) bool {
+	h.mu.Lock()
+	c := h.heldAt
+	h.mu.Unlock()
+	if c.fence == fence {
+		return c.held
+	}
+	if h.repo == nil {
+		return false
+	}
+	ours, err := h.eng.StatusTip(ctx)
+	if err != nil {
+		h.log.Warn().Err(err).Int64("fence", fence).Msg("read the status tip recorded in redis; the status in git is read first")
+		return false
+	}
+	theirs, err := h.repo.RemoteStatusTip(ctx)
+	if err != nil {
+		h.log.Warn().Str("error", redactCause(err.Error())).Int64("fence", fence).Msg("read the remote's status tip; the status in git is read first")
+		return false
+	}
+	held := ours == theirs
+	h.log.Info().Int64("fence", fence).Str("status_commit", short(theirs)).Str("recorded", short(ours)).Bool("held", held).
+		Msg("status in git checked against redis")
+	h.mu.Lock()
+	h.heldAt = statusHeld{fence: fence, held: held}
+	h.mu.Unlock()
+	return held
+}
+
 // statusRecords is what the status at one status commit (tip) records
 // that a leader must know before it writes status: the manual requests
 // handled, the approval records and the approval cursor, the rollouts
@@ -22,9 +107,9 @@ import (
 // hub's version history as they are read.
 //
 // It is brought up to date by reading what the status commits since it
-// was read changed (followStatus): by a follower that sees the leader
-// miss a renewal, while the lease runs out, and by a new leader before its
-// first status write. Reading the whole status tree each time took 33 s at
+// was read changed (followStatus): by a new leader, before its first
+// status write and, when Redis does not hold the status in Git, before it
+// plans (gitRecords). Reading the whole status tree each time took 33 s at
 // 100,000 nodes, while the mirror's lock and that write waited.
 type statusRecords struct {
 	mu  sync.Mutex // held while the records are read and used

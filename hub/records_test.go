@@ -19,9 +19,9 @@ import (
 // mirror and engine) applies every config commit at its sync and leaves
 // the status branch another hub writes alone (following every status
 // commit costs what each wrote) until it is asked to catch up (the leader
-// missed a renewal): it then reads the records the status commits since
-// changed (the requests handled). Taking the lease, it reads what was
-// committed since it caught up.
+// missed a renewal): it then fetches the status commits since, and reads
+// none of their records (of the followers that catch up, one takes the
+// lease). Taking the lease, it reads the records at the remote's tip.
 func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 	url := gittest.NewRemote(t, map[string]string{
 		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\n",
@@ -68,8 +68,11 @@ func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 	}
 	h.followAsked.Store(true)
 	h.syncStep(ctx)
-	if tip, reqs := followed(); tip != c1 || reqs["first"].Rollout != "first-g1" {
-		t.Fatalf("followed %s with %v once asked, want %s handling first", tip, reqs, c1)
+	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c1 {
+		t.Fatalf("the mirror's status branch at %s (%v) once asked, want %s", tip, err, c1)
+	}
+	if tip, _ := followed(); tip != "" {
+		t.Errorf("a follower read the records at %s", tip)
 	}
 
 	c2 := commitStatus("second")
@@ -78,23 +81,20 @@ func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 	if snap := h.Snapshot(); snap == nil || snap.Nodes["n2"] == nil {
 		t.Fatal("the follower did not apply the new config commit")
 	}
-	if tip, _ := followed(); tip != c1 {
-		t.Errorf("followed %s unasked, want still %s", tip, c1)
-	}
 	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c1 {
 		t.Errorf("the mirror's status branch at %s (%v) unasked, want %s", tip, err, c1)
 	}
 	h.followAsked.Store(true)
 	h.syncStep(ctx)
-	if tip, reqs := followed(); tip != c2 || reqs["second"].Rollout != "second-g1" || len(reqs) != 1 {
-		t.Fatalf("followed %s with %v, want %s handling second only", tip, reqs, c2)
+	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c2 {
+		t.Fatalf("the mirror's status branch at %s (%v) once asked again, want %s", tip, err, c2)
 	}
 
 	c3 := commitStatus("third")
 	h.fence = fence // it takes the lease
 	h.loadGitRecords(ctx, fence)
-	if tip, _ := followed(); tip != c3 {
-		t.Errorf("records at %s once it led, want the remote's status tip %s", tip, c3)
+	if tip, reqs := followed(); tip != c3 || len(reqs) != 1 {
+		t.Errorf("records at %s with %v once it led, want the remote's status tip %s handling third only", tip, reqs, c3)
 	}
 	h.mu.Lock()
 	got := h.gitRequests["third"]
@@ -194,5 +194,144 @@ func TestACampaignDoesNotWaitForTheMirrorsFetch(t *testing.T) {
 	}
 	if f != 9 {
 		t.Errorf("floor %d once the fetch ended, want 9", f)
+	}
+}
+
+// TestANewLeaderPlansWhileItsRecordsAreRead: a leader's status write
+// records its landed commit in Redis (a real redis-server, a real remote).
+// A new leadership that finds the remote's status branch at that commit
+// plans at once (lead asks for the push plan) while the records are read
+// in the background, once; what needs them (the approval commits) waits
+// and runs when they are in. When the status branch moved past what Redis
+// recorded (Redis lost the record, or its data), the records are read
+// before anything is planned, as before.
+func TestANewLeaderPlansWhileItsRecordsAreRead(t *testing.T) {
+	url := gittest.NewRemote(t, map[string]string{
+		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\n",
+		"nodes/n1.cue":  "kind: \"node\"\nname: \"n1\"\n",
+	})
+	h, _, fence := statusHub(t, url)
+	v, err := schema.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.validator, h.sequence, h.owner = v, v.Sequence(), "hub-a" // statusHub's campaign
+	h.syncNow, h.pushNow, h.reconcileNow = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	ctx := context.Background()
+	h.syncStep(ctx) // the snapshot, and lead for the first fence: the records read (no status yet)
+	h.statusStep(ctx)
+	written, err := h.repo.RemoteStatusTip(ctx)
+	if err != nil || written == "" {
+		t.Fatalf("no status commit on the remote (%q, %v)", written, err)
+	}
+	if rec, err := h.eng.StatusTip(ctx); err != nil || rec != written {
+		t.Fatalf("redis recorded %q (%v), want the landed status commit %s", rec, err, written)
+	}
+
+	// a new leadership: the records not read for it yet
+	lead := func() int64 {
+		t.Helper()
+		if err := h.eng.Resign(ctx, h.owner, h.currentFence()); err != nil {
+			t.Fatal(err)
+		}
+		f, err := h.eng.Campaign(ctx, h.owner, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.setFence(f)
+		for _, ch := range []chan struct{}{h.syncNow, h.pushNow, h.reconcileNow} {
+			select {
+			case <-ch:
+			default:
+			}
+		}
+		return f
+	}
+	kicked := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	f2 := lead()
+	if f2 <= fence {
+		t.Fatalf("fence %d after %d", f2, fence)
+	}
+	release, reads := make(chan struct{}), 0
+	h.beforeRecords = func() {
+		reads++
+		<-release
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.lead(ctx, f2, startLaps(time.Now(), 0))
+		h.lead(ctx, f2, startLaps(time.Now(), 0)) // the next sync: nothing new
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("lead waited for the records while redis holds the status in git")
+	}
+	if !kicked(h.pushNow) {
+		t.Error("no push plan asked for while the records are read")
+	}
+	h.mu.Lock()
+	led := h.led
+	h.mu.Unlock()
+	if led.fence != f2 || led.records {
+		t.Errorf("led %+v, want fence %d with the approval commits left for the records", led, f2)
+	}
+	if h.recordsRead(f2) {
+		t.Fatal("the records were read while their read was held")
+	}
+	close(release)
+	deadline := time.Now().Add(30 * time.Second)
+	for !h.recordsRead(f2) {
+		if time.Now().After(deadline) {
+			t.Fatal("the records were not read in the background")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.recordsLoads.Wait()
+	if reads != 1 {
+		t.Errorf("the records were read %d times, want once", reads)
+	}
+	if !kicked(h.syncNow) {
+		t.Error("no sync asked for once the records were read")
+	}
+	h.lead(ctx, f2, startLaps(time.Now(), 0))
+	h.mu.Lock()
+	led = h.led
+	h.mu.Unlock()
+	if !led.records {
+		t.Errorf("led %+v once the records were read, want the approval commits processed", led)
+	}
+	if kicked(h.pushNow) {
+		t.Error("the push plan was asked for again for the same snapshot")
+	}
+
+	// the status branch moved past what redis recorded: the records are
+	// read first
+	other := openMirror(t, url)
+	if _, _, err := other.Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := other.CommitStatus(ctx, map[string][]byte{"status/extra.yaml": []byte("x: 1\n")}, "status: unrecorded")
+	if err != nil || moved == "" {
+		t.Fatalf("status commit %q: %v", moved, err)
+	}
+	f3 := lead()
+	h.beforeRecords = func() { reads++ }
+	if pending := h.gitRecords(ctx, f3); pending || !h.recordsRead(f3) {
+		t.Fatalf("pending %v, read %v: want the records read before planning when redis lacks the status tip", pending, h.recordsRead(f3))
+	}
+	h.records.mu.Lock()
+	tip := h.records.tip
+	h.records.mu.Unlock()
+	if tip != moved {
+		t.Errorf("records at %s, want the remote's status tip %s", tip, moved)
 	}
 }

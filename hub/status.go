@@ -93,6 +93,11 @@ func (h *Hub) statusStep(ctx context.Context) {
 	commit := res.Commit
 	if commit != "" {
 		h.metrics.statusCommitted(steps.Start) // the whole write: its documents' build included
+		// a leader after this one that finds the status branch still here
+		// plans without waiting for the records (gitRecords)
+		if err := h.eng.RecordStatusTip(ctx, fence, commit); err != nil && ctx.Err() == nil {
+			h.log.Warn().Err(err).Str("commit", commit).Int64("fence", fence).Msg("record the status tip; the next leader reads the status in git first")
+		}
 	}
 	for _, p := range res.Overwritten {
 		h.log.Warn().Str("path", p).Str("commit", commit).Msg("human edit under status/ overwritten")
@@ -806,15 +811,21 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 	if done {
 		return
 	}
+	if h.beforeRecords != nil {
+		h.beforeRecords()
+	}
 	// the status branch as the remote has it now: a follower taking the
 	// lease fetched it last when it caught up (syncStep)
+	steps := laps.Begin(time.Now())
 	if _, _, err := h.repo.Fetch(ctx); err != nil && ctx.Err() == nil {
 		h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch the status branch; its records read as the mirror has them")
 	}
+	steps.Lap("fetch")
 	if err := h.followStatus(ctx); err != nil {
 		h.log.Warn().Err(err).Msg("read status branch; requests known only from redis")
 		return
 	}
+	steps.Lap("records")
 	handled := maps.Clone(rec.handled)
 	if handled == nil {
 		handled = map[string]fleetwave.RequestStatus{}
@@ -832,9 +843,9 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 	}
 	h.mu.Unlock()
 	h.restoreApprovals(ctx, fence)
-	if len(handled) > 0 {
-		h.log.Info().Int("requests", len(handled)).Int64("fence", fence).Msg("handled requests read from status")
-	}
+	steps.Lap("lost")
+	h.log.Info().Int("requests", len(handled)).Int64("fence", fence).Str("status_commit", short(rec.tip)).Func(lapFields(steps)).
+		Msg("status records read")
 }
 
 // closeLostRollouts finds, among the rollouts whose document in Git is

@@ -54,13 +54,10 @@ func (h *Hub) syncStep(ctx context.Context) {
 	case fence > 0:
 		h.lead(ctx, fence, steps)
 	case follow:
-		h.records.mu.Lock()
-		err := h.followStatus(ctx)
-		h.records.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			h.log.Warn().Err(err).Msg("follow the status branch")
-		}
-		steps.Lap("records")
+		// what a follower about to lead spends catching up: the fetch of
+		// the status commits since it last did. Their records are read by
+		// the hub that takes the lease (gitRecords), not by every follower.
+		h.log.Info().Str("commit", head).Func(lapFields(steps)).Msg("status caught up")
 	}
 	if snap == nil {
 		return
@@ -148,24 +145,33 @@ func (h *Hub) lead(ctx context.Context, fence int64, steps *laps.Laps) {
 	h.mu.Lock()
 	snap, done := h.snapshot, h.led
 	h.mu.Unlock()
-	if snap == nil || done == (ledSnapshot{fence: fence, commit: snap.Commit}) {
+	if snap == nil || done == (ledSnapshot{fence: fence, commit: snap.Commit, records: true}) {
 		return
 	}
-	h.loadGitRecords(ctx, fence)
+	pending := h.gitRecords(ctx, fence)
 	steps.Lap("records")
-	h.processApprovalCommits(ctx, fence, snap, snap.Commit)
-	steps.Lap("approvals")
+	if !pending {
+		// the approval cursor is among the records
+		h.processApprovalCommits(ctx, fence, snap, snap.Commit)
+		steps.Lap("approvals")
+	}
 	h.mu.Lock()
-	h.led = ledSnapshot{fence: fence, commit: snap.Commit}
+	h.led = ledSnapshot{fence: fence, commit: snap.Commit, records: !pending}
 	h.mu.Unlock()
+	if done.fence == fence && done.commit == snap.Commit {
+		return // planned already, the records read since
+	}
 	h.pushAsked.CompareAndSwap(0, time.Now().UnixNano())
 	h.kick(h.pushNow) // which asks for a reconcile (pushStep)
 }
 
-// ledSnapshot names the snapshot and the fence lead last ran for.
+// ledSnapshot names the snapshot and the fence lead last ran for, and
+// whether the approval commits up to it were processed (records: they
+// wait for the records of the status in Git, gitRecords).
 type ledSnapshot struct {
-	fence  int64
-	commit string
+	fence   int64
+	commit  string
+	records bool
 }
 
 // slowSync is the time from which a sync of a new commit (its wait for
