@@ -60,8 +60,17 @@ func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 
 	c1 := commitStatus("first")
 	h.syncStep(ctx)
-	if snap := h.Snapshot(); snap == nil || snap.Nodes["n1"] == nil {
+	snap := h.Snapshot()
+	if snap == nil || snap.Nodes["n1"] == nil {
 		t.Fatal("the follower applied no snapshot")
+	}
+	// who made the commit is read at the sync, not by the reconcile of
+	// the leader it may become
+	h.mu.Lock()
+	actor := h.actorOf
+	h.mu.Unlock()
+	if actor.commit != snap.Commit || actor.email == "" {
+		t.Errorf("the follower read the author of %q (%q) at its sync, want %s's", actor.commit, actor.email, snap.Commit)
 	}
 	if tip, _ := followed(); tip != "" {
 		t.Errorf("followed %s before it was asked to", tip)
