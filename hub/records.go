@@ -24,9 +24,9 @@ import (
 // trigger rollouts' planning needs, and a new leader plans at once. At
 // 100,000 nodes a follower that takes the lease fetches minutes of status
 // history first (attempt 169: 94 s, then 36 s of records), and the pushes
-// of that time waited for it. Otherwise (Redis lost writes, or this is the
-// first status write of a hub that records its tip) they are read now, as
-// before any status write.
+// of that time waited for it. Otherwise (Redis lost writes, the status
+// branch moved, or a hub that did not record its commits wrote it last)
+// they are read now, as before any status write.
 func (h *Hub) gitRecords(ctx context.Context, fence int64) (pending bool) {
 	if h.recordsRead(fence) {
 		return false
