@@ -178,6 +178,10 @@ func TestAReconcileStartsAfterThePushPlans(t *testing.T) {
 	h, clk, fence := statusHub(t, url)
 	h.sent = sentItems{ttl: time.Minute}
 	ctx := context.Background()
+	// the records of the status in Git read for this leadership: no read
+	// of them runs in the background beside the steps below (whose
+	// channels the test replaces)
+	h.loadGitRecords(ctx, fence)
 	if err := h.eng.Report(ctx, fleetwave.Report{Node: "n1", SentAt: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
