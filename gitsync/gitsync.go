@@ -189,6 +189,14 @@ type Repo struct {
 	// (treeEditor): the next one edits them.
 	kept map[plumbing.Hash]*object.Tree
 
+	// statusFetchMu serializes FetchStatus calls (held across the fetch;
+	// mu only at its start and end, fetchStaged).
+	statusFetchMu sync.Mutex
+	// afterStagedFetch, if set, runs when a staged fetch has written its
+	// pack and is about to take mu to put it in place (tests use it to
+	// hold the fetch there).
+	afterStagedFetch func()
+
 	// statusMu serializes WriteStatus calls (held across a whole status
 	// commit, its push included; mu only around the mirror's work).
 	statusMu sync.Mutex
@@ -284,6 +292,7 @@ func Open(ctx context.Context, src Source, opts ...Option) (*Repo, error) {
 		}
 		log.Info().Str("url", remote).Str("branch", src.Branch).Msg("mirror cloned")
 	} else {
+		removeStages(src.Dir)
 		if err := r.openExisting(); err != nil {
 			return nil, err
 		}
@@ -441,29 +450,44 @@ func (r *Repo) fetch(ctx context.Context, status bool) (plumbing.Hash, error) {
 	if tip, ok := r.fetchLocal(status); ok {
 		return tip, nil
 	}
-	specs := []config.RefSpec{r.refSpec()}
-	if status && r.opts.statusBranch != "" {
-		specs = append(specs, r.statusRefSpec())
-	}
-	err := r.fetchSpecs(ctx, specs)
-	if len(specs) > 1 && errors.Is(err, git.NoMatchingRefSpecError{}) {
-		// one of the branches is missing: the status branch before the
-		// first status commit, or the tracked one (reported below)
-		if err = r.fetchSpecs(ctx, specs[:1]); err == nil {
-			err = r.dropStatusRef()
-		}
-	}
+	err := r.transportFetch(ctx, status, func(specs []config.RefSpec, _ []plumbing.ReferenceName) error {
+		return r.fetchSpecs(ctx, specs)
+	}, r.dropStatusRef)
 	if err != nil {
-		if ctx.Err() != nil {
-			return plumbing.ZeroHash, ctx.Err()
-		}
-		return plumbing.ZeroHash, r.translate("fetch", err)
+		return plumbing.ZeroHash, err
 	}
 	ref, err := r.repo.Reference(r.trackingRef(), true)
 	if err != nil {
 		return plumbing.ZeroHash, r.translate("fetch", err)
 	}
 	return ref.Hash(), nil
+}
+
+// transportFetch fetches the tracked branch, and with status the status
+// branch when one is configured, through do (given the refspecs and the
+// refs they move), in one round trip; when the remote lacks one of the
+// two, it fetches the tracked branch alone and drop removes the status
+// ref.
+func (r *Repo) transportFetch(ctx context.Context, status bool, do func([]config.RefSpec, []plumbing.ReferenceName) error, drop func() error) error {
+	specs, moves := []config.RefSpec{r.refSpec()}, []plumbing.ReferenceName{r.trackingRef()}
+	if status && r.opts.statusBranch != "" {
+		specs, moves = append(specs, r.statusRefSpec()), append(moves, r.statusRef())
+	}
+	err := do(specs, moves)
+	if len(specs) > 1 && errors.Is(err, git.NoMatchingRefSpecError{}) {
+		// one of the branches is missing: the status branch before the
+		// first status commit, or the tracked one (reported below)
+		if err = do(specs[:1], moves[:1]); err == nil {
+			err = drop()
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return r.translate("fetch", err)
+	}
+	return nil
 }
 
 // fetchSpecs fetches specs from the remote; already up to date is nil.
@@ -512,24 +536,58 @@ func (r *Repo) fetchCompact(ctx context.Context, status bool) (head string, chan
 	return head, changed, err
 }
 
-// fetchTracked is Fetch but for the compaction, under mu; added says
-// whether the fetch added a pack to the mirror.
+// fetchTracked is Fetch but for the compaction; added says whether the
+// fetch added a pack to the mirror. A local fetch runs under mu; a fetch
+// through the transport is staged (fetchStaged), holding mu only to
+// begin and to put what it brought in place.
 func (r *Repo) fetchTracked(ctx context.Context, status bool) (head string, changed, added bool, err error) {
-	defer r.lock("fetchTracked")()
+	unlock := r.lock("fetchTracked")
 	if err := r.usable(); err != nil {
+		unlock()
 		return "", false, false, err
 	}
 	before := r.packCount()
-	h, err := r.fetch(ctx, status)
-	if err != nil {
-		return "", false, false, err
+	if tip, ok := r.fetchLocal(status); ok {
+		changed = r.moved(tip)
+		added = r.packCount() > before
+		unlock()
+		return tip.String(), changed, added, nil
 	}
-	changed = h != r.lastHead
+	unlock()
+	err = r.transportFetch(ctx, status, func(specs []config.RefSpec, moves []plumbing.ReferenceName) error {
+		a, err := r.fetchStaged(ctx, specs, moves)
+		added = added || a
+		return err
+	}, func() error {
+		defer r.lock("fetchTracked")()
+		if err := r.usable(); err != nil {
+			return err
+		}
+		return r.dropStatusRef()
+	})
+	if err != nil {
+		return "", false, added, err
+	}
+	defer r.lock("fetchTracked")()
+	if err := r.usable(); err != nil {
+		return "", false, added, err
+	}
+	ref, err := r.repo.Reference(r.trackingRef(), true)
+	if err != nil {
+		return "", false, added, r.translate("fetch", err)
+	}
+	return ref.Hash().String(), r.moved(ref.Hash()), added, nil
+}
+
+// moved records h as the tracked branch's tip and says whether it moved
+// since the last fetch; the caller holds mu.
+func (r *Repo) moved(h plumbing.Hash) bool {
+	changed := h != r.lastHead
 	if changed {
 		r.opts.log.Debug().Str("commit", h.String()).Str("previous", r.lastHead.String()).Msg("branch moved")
 	}
 	r.lastHead = h
-	return h.String(), changed, r.packCount() > before, nil
+	return changed
 }
 
 // slowLock is the wait for the mirror's lock, or the hold of it, from
