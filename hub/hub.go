@@ -98,8 +98,10 @@ type Hub struct {
 	lastSeen  string      // newest commit looked at (applied or rejected)
 	led       ledSnapshot // the snapshot and fence lead last ran for
 	// followAsked asks this hub, a follower, to catch up with the status
-	// branch at its next sync (the leader missed a renewal).
+	// branch at its next sync (the leader missed a renewal); catchingUp is
+	// set while that fetch runs, beside the sync loop (catchUp).
 	followAsked atomic.Bool
+	catchingUp  atomic.Bool
 	// floorSeen is the highest fence floor read from Git; floorReading is
 	// set while a read waits for the mirror (fenceFloor).
 	floorSeen    atomic.Int64
@@ -133,14 +135,16 @@ type Hub struct {
 	// heldAt says, for one fence, whether Redis held the status commit the
 	// remote's status branch pointed to when that leadership began
 	// (redisHoldsStatus); recordsLoading is the fence whose records are
-	// read in the background (0: none), recordsLoads those reads (Run
-	// waits for them).
+	// read in the background (0: none), recordsLoads those reads and the
+	// catch-ups' fetches (Run waits for them).
 	heldAt         statusHeld
 	recordsLoading atomic.Int64
 	recordsLoads   sync.WaitGroup
 	// beforeRecords, if set, runs as a read of the records begins (tests
-	// use it to hold one while the hub plans).
+	// use it to hold one while the hub plans); beforeCatchUp as a
+	// catch-up's fetch begins (tests hold one while the hub syncs).
 	beforeRecords func()
+	beforeCatchUp func()
 	// rendered remembers, per path of a status document that is
 	// rewritten only when it changed (a node's document, a part of a large
 	// rollout's items), the digest of its bytes and, until

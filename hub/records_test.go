@@ -77,6 +77,7 @@ func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 	}
 	h.followAsked.Store(true)
 	h.syncStep(ctx)
+	h.recordsLoads.Wait()
 	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c1 {
 		t.Fatalf("the mirror's status branch at %s (%v) once asked, want %s", tip, err, c1)
 	}
@@ -93,8 +94,33 @@ func TestAFollowerCatchesUpWithTheStatusBranchWhenAsked(t *testing.T) {
 	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c1 {
 		t.Errorf("the mirror's status branch at %s (%v) unasked, want %s", tip, err, c1)
 	}
+	// the catch-up runs beside the sync loop: held, it holds back no
+	// config commit
+	reached, release := make(chan struct{}), make(chan struct{})
+	h.beforeCatchUp = func() {
+		close(reached)
+		<-release
+	}
 	h.followAsked.Store(true)
+	synced := make(chan struct{})
+	go func() {
+		h.syncStep(ctx)
+		close(synced)
+	}()
+	select {
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sync that started a catch-up waited for it")
+	}
+	<-reached
+	gittest.Push(t, url, map[string]string{"nodes/n3.cue": "kind: \"node\"\nname: \"n3\"\n"}, nil, "n3")
 	h.syncStep(ctx)
+	if snap := h.Snapshot(); snap == nil || snap.Nodes["n3"] == nil {
+		t.Fatal("the follower did not apply a config commit while it caught up")
+	}
+	close(release)
+	h.recordsLoads.Wait()
+	h.beforeCatchUp = nil
 	if tip, err := h.repo.StatusTip(ctx); err != nil || tip != c2 {
 		t.Fatalf("the mirror's status branch at %s (%v) once asked again, want %s", tip, err, c2)
 	}

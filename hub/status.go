@@ -815,9 +815,10 @@ func (h *Hub) loadGitRecords(ctx context.Context, fence int64) {
 		h.beforeRecords()
 	}
 	// the status branch as the remote has it now: a follower taking the
-	// lease fetched it last when it caught up (syncStep)
+	// lease fetched most of it when it caught up (catchUp), and a catch-up
+	// still running is waited for
 	steps := laps.Begin(time.Now())
-	if _, _, err := h.repo.Fetch(ctx); err != nil && ctx.Err() == nil {
+	if err := h.repo.FetchStatus(ctx); err != nil && ctx.Err() == nil {
 		h.log.Warn().Str("error", redactCause(err.Error())).Msg("fetch the status branch; its records read as the mirror has them")
 	}
 	steps.Lap("fetch")
