@@ -75,20 +75,14 @@ func (r *Repo) fetchLocal(status bool) (tip plumbing.Hash, ok bool) {
 	if dir == "" {
 		return plumbing.ZeroHash, false
 	}
-	remote := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(0)) // its refs only
-	ref, err := remote.Reference(plumbing.NewBranchReferenceName(r.src.Branch))
-	if err != nil || ref.Type() != plumbing.HashReference {
+	tip, err := localBranch(dir, r.src.Branch)
+	if err != nil || tip.IsZero() {
 		return plumbing.ZeroHash, false // no such branch: the transport says so
 	}
 	var statusTip plumbing.Hash // the status branch's new tip, when it moved to a commit the mirror holds
 	if status && r.opts.statusBranch != "" {
-		var theirs plumbing.Hash
-		sref, err := remote.Reference(plumbing.NewBranchReferenceName(r.opts.statusBranch))
-		switch {
-		case err == nil && sref.Type() == plumbing.HashReference:
-			theirs = sref.Hash()
-		case errors.Is(err, plumbing.ErrReferenceNotFound):
-		default:
+		theirs, err := localBranch(dir, r.opts.statusBranch)
+		if err != nil {
 			return plumbing.ZeroHash, false
 		}
 		ours, err := r.statusHead()
@@ -105,7 +99,6 @@ func (r *Repo) fetchLocal(status bool) (tip plumbing.Hash, ok bool) {
 			return plumbing.ZeroHash, false // the status branch moved too: fetch both
 		}
 	}
-	tip = ref.Hash()
 	var old plumbing.Hash // the tracked tip's root tree, zero when none
 	if cur, err := r.repo.Reference(r.trackingRef(), true); err == nil {
 		if cur.Hash() == tip {
@@ -143,6 +136,22 @@ func (r *Repo) fetchLocal(status bool) (tip plumbing.Hash, ok bool) {
 	r.localFetches++
 	r.opts.log.Debug().Str("commit", tip.String()).Int("objects", len(objs)).Msg("fetched from the local remote")
 	return tip, true
+}
+
+// localBranch returns the tip of branch in the git directory dir of a
+// local remote, read from its refs alone; zero when it has no such branch.
+func localBranch(dir, branch string) (plumbing.Hash, error) {
+	name := plumbing.NewBranchReferenceName(branch)
+	ref, err := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(0)).Reference(name)
+	switch {
+	case errors.Is(err, plumbing.ErrReferenceNotFound):
+		return plumbing.ZeroHash, nil
+	case err != nil:
+		return plumbing.ZeroHash, err
+	case ref.Type() != plumbing.HashReference:
+		return plumbing.ZeroHash, fmt.Errorf("%s is not a commit", name)
+	}
+	return ref.Hash(), nil
 }
 
 // followStatus sets the mirror's status branch to commit (none: zero),

@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
@@ -163,17 +160,14 @@ func (r *Repo) newStatusBranchBase(tracked plumbing.Hash, s storer.EncodedObject
 func (r *Repo) RemoteStatusTip(ctx context.Context) (string, error) {
 	name := plumbing.NewBranchReferenceName(r.StatusBranch())
 	if dir := fetchGitDir(r.remote); dir != "" {
-		remote := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(0)) // its refs only
-		ref, err := remote.Reference(name)
+		tip, err := localBranch(dir, r.StatusBranch())
 		switch {
-		case errors.Is(err, plumbing.ErrReferenceNotFound):
-			return "", nil
 		case err != nil:
 			return "", fmt.Errorf("read the remote's status branch: %w", err)
-		case ref.Type() != plumbing.HashReference:
-			return "", fmt.Errorf("read the remote's status branch: %s is not a commit", name)
+		case tip.IsZero():
+			return "", nil
 		}
-		return ref.Hash().String(), nil
+		return tip.String(), nil
 	}
 	lctx, cancel := transportContext(ctx)
 	defer cancel()
