@@ -293,6 +293,11 @@ func TestScenarioSurvivesTheLeadersKill(t *testing.T) {
 	if fo.FirstDispatch <= 0 || fo.FirstDispatch+time.Second < fo.Takeover {
 		t.Errorf("the new leader's first attempt %v after the kill, it led after %v: want one, once it led", fo.FirstDispatch, fo.Takeover)
 	}
+	// a push that lands as the new leader takes the lease is dispatched
+	// (the probes pushed before it were, with one push in this run)
+	if fo.TakeoverPush <= 0 || fo.TakeoverPush > 2*time.Minute {
+		t.Errorf("a probe pushed as the new leader took the lease dispatched after %v: want one, within the scenario's wait", fo.TakeoverPush)
+	}
 	// the new leader, a warm follower, writes status under its fence
 	// once it leads (Git's commit times are whole seconds)
 	if fo.FirstStatus <= 0 || fo.FirstStatus+time.Second < fo.Takeover {

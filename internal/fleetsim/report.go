@@ -359,6 +359,7 @@ func replicaRows(results []Result, col func(func(Result) float64) []float64) []R
 			Unit: unitDuration, Target: hubLeaseTTL.Seconds(), HasTarget: true},
 		Row{Name: "    of which the dead leader's lease was still valid (renewed every third of its TTL)", Values: failover(func(f *Failover) time.Duration { return f.LeaseLeft }), Unit: unitDuration},
 		Row{Name: "  the new leader's first attempt received by an agent, after the kill", Values: failover(func(f *Failover) time.Duration { return f.FirstDispatch }), Unit: unitDuration},
+		Row{Name: "  a probe pushed once the new leader took the lease: push -> first dispatch", Values: failover(func(f *Failover) time.Duration { return f.TakeoverPush }), Unit: unitDuration},
 		Row{Name: "  the new leader's first status commit, after the kill (to the second)", Values: failover(func(f *Failover) time.Duration { return f.FirstStatus }), Unit: unitDuration})
 }
 

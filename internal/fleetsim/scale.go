@@ -117,6 +117,11 @@ type Failover struct {
 	// new leader (its fence) on the remote, to the second (Git's commit
 	// time)
 	FirstStatus time.Duration
+	// TakeoverPush runs from a probe push that landed once the new leader
+	// took the lease (while it may still catch up with the status
+	// history; after the probes pushed before and their action, when one
+	// still ran) to the probe's first attempt received
+	TakeoverPush time.Duration
 	// LeaseTTL is the hubs' lease_ttl, the bound a takeover is held to
 	LeaseTTL time.Duration
 	// NewLeader is the replica that took over
@@ -128,6 +133,23 @@ type Failover struct {
 	// before
 	stat    procStat
 	results int64
+}
+
+// takeoverPush pushes probe version 0.0.k once the new leader took the
+// lease, while it may still catch up with the status the dead one
+// committed, and records in fo how long the probe took to be dispatched.
+func takeoverPush(ctx context.Context, fo *Failover, k int, push func(version, msg string, withMain bool) (time.Time, error), tr *tracker) error {
+	version := fmt.Sprintf("0.0.%d", k)
+	at, err := push(version, "probe "+version+", as a follower takes the lease", false)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 2*time.Minute, func() bool { _, _, ok := tr.probe(version); return ok }); err != nil {
+		return fmt.Errorf("probe %s, pushed as the new leader took the lease, never dispatched: %w", version, err)
+	}
+	seen, _, _ := tr.probe(version)
+	fo.TakeoverPush = seen.Sub(at)
+	return nil
 }
 
 // killLeader kills the hub holding the lease (SIGKILL to its group, as a
@@ -724,7 +746,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, err
 	}
 	var probeMu sync.Mutex // guards res.PushDispatch, PushStages and GitPush
+	var pushMu sync.Mutex  // one push at a time from the work tree
 	push := func(version, msg string, withMain bool) (time.Time, error) {
+		pushMu.Lock()
+		defer pushMu.Unlock()
 		files := map[string]string{"brc/" + probeBRC + ".cue": brcProbe(version)}
 		if withMain {
 			files["brc/"+mainBRC+".cue"] = brcMain(sc.MaxConcurrent)
@@ -794,8 +819,10 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 
 	// probe pushes while the rollout runs: each bumps the probe BRC
 	res.Ideal = ideal
-	probesDone := make(chan error, 1)
+	probesDone, probesOver := make(chan error, 1), make(chan struct{})
+	var lastProbe time.Time // the last probe's first attempt received, read once probesOver is closed
 	go func() {
+		defer close(probesOver)
 		spacing := max(ideal/time.Duration(sc.Pushes+1), 300*time.Millisecond)
 		for k := 2; k <= sc.Pushes+1; k++ {
 			if sleep(ctx, spacing) != nil {
@@ -813,6 +840,7 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 				return
 			}
 			seen, rollout, _ := tr.probe(version)
+			lastProbe = seen
 			stage := pushStages(ctx, hub.url, rollout, at, seen) // the leader applies the push
 			probeMu.Lock()
 			res.PushDispatch = append(res.PushDispatch, seen.Sub(at))
@@ -828,6 +856,8 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return done+failed >= sc.Nodes || st == fleetwave.RolloutCompleted || st == fleetwave.RolloutBlocked || st == fleetwave.RolloutCancelled
 	}
 	var waitErr error
+	takeoverPushed := make(chan error, 1)
+	takeoverPushed <- nil // none pushed unless the leader is killed
 	if sc.KillLeader && len(hubs) > 1 {
 		// half the items done, the leader is killed; the run goes on
 		// with the followers, one of which takes the lease
@@ -846,10 +876,28 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 			}
 			say("killed the leader, hub %s, at %d items done, its lease valid %v more: hub %s leads %v after the kill", dead.id, fo.DoneAtKill,
 				fo.LeaseLeft.Round(time.Millisecond), fo.NewLeader, fo.Takeover.Round(time.Millisecond))
+			<-takeoverPushed
+			go func() {
+				// after the probes pushed before: a probe waiting for its
+				// dispatch would be replaced by this one, and one whose
+				// action runs holds this one back on the same node
+				<-probesOver
+				if err := sleep(ctx, time.Until(lastProbe.Add(sc.Duration+time.Second))); err != nil {
+					takeoverPushed <- err
+					return
+				}
+				takeoverPushed <- takeoverPush(ctx, fo, sc.Pushes+2, push, tr)
+			}()
 		}
 	}
 	if waitErr == nil {
 		waitErr = waitFor(ctx, sc.Timeout, finished)
+	}
+	if err := <-takeoverPushed; err != nil && waitErr == nil {
+		waitErr = err
+	}
+	if fo := res.Failover; fo != nil && fo.TakeoverPush > 0 {
+		say("a probe pushed once hub %s led was dispatched %v after its push", fo.NewLeader, fo.TakeoverPush.Round(time.Millisecond))
 	}
 	_, _, done, _, last := tr.main()
 	if fo := res.Failover; fo != nil {
