@@ -19,7 +19,12 @@
 //
 // A *git.Repository is not goroutine-safe even for reads, so every method of
 // Repo takes one mutex; the hub calls them from its loops without further
-// locking.
+// locking. The long work is done outside it: a status commit builds and
+// compresses its objects without it, a compaction merges packs without
+// it, and a sync's fetch through the transport is staged (stagedfetch.go):
+// go-git fetches into a storage of its own and the mutex is taken to put
+// the pack in place. FetchStatus fetches the status branch alone that way,
+// for a follower catching up with the status history beside its syncs.
 //
 // # Hostile trees
 //
