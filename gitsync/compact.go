@@ -108,7 +108,11 @@ func (r *Repo) compactHeld() (int, error) {
 		return 0, fmt.Errorf("compact: write pack: %w", err)
 	}
 	fs.Reindex()
-	kept, err := packHashes(filepath.Join(dir, "pack-"+p.sum.String()+".idx"))
+	var kept []plumbing.Hash
+	written, err := readPackIndex(filepath.Join(dir, "pack-"+p.sum.String()+".idx"))
+	if err == nil {
+		kept = written.hashes
+	}
 	if err != nil || len(kept) != len(p.hashes) {
 		return 0, fmt.Errorf("compact: new pack %s holds %d of %d objects (%v)", p.sum, len(kept), len(p.hashes), err)
 	}
@@ -419,8 +423,9 @@ func listPacks(dir string) ([]packFile, error) {
 	return out, nil
 }
 
-// packHashes returns the object ids an index file lists.
-func packHashes(path string) ([]plumbing.Hash, error) {
+// readPackIndex reads the pack index file path: the index, the pack's
+// checksum and the object ids it lists (no pack data).
+func readPackIndex(path string) (*encodedPack, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -430,21 +435,22 @@ func packHashes(path string) ([]plumbing.Hash, error) {
 	if err := idxfile.NewDecoder(f).Decode(idx); err != nil {
 		return nil, fmt.Errorf("read %s: %w", filepath.Base(path), err)
 	}
+	p := &encodedPack{idx: idx}
+	copy(p.sum[:], idx.PackfileChecksum[:])
 	it, err := idx.Entries()
 	if err != nil {
 		return nil, err
 	}
 	defer it.Close()
-	var out []plumbing.Hash
 	for {
 		e, err := it.Next()
 		if err == io.EOF {
-			return out, nil
+			return p, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, e.Hash)
+		p.hashes = append(p.hashes, e.Hash)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
@@ -234,37 +233,6 @@ func (s *stage) fetched() ([]fetchedPack, error) {
 		}
 	}
 	return packs, nil
-}
-
-// readPackIndex reads the pack index file name.
-func readPackIndex(name string) (*encodedPack, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	idx := idxfile.NewMemoryIndex()
-	err = idxfile.NewDecoder(f).Decode(idx)
-	_ = f.Close()
-	if err != nil {
-		return nil, err
-	}
-	p := &encodedPack{idx: idx}
-	copy(p.sum[:], idx.PackfileChecksum[:])
-	entries, err := idx.Entries()
-	if err != nil {
-		return nil, err
-	}
-	defer entries.Close()
-	for {
-		e, err := entries.Next()
-		if err == io.EOF {
-			return p, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		p.hashes = append(p.hashes, e.Hash)
-	}
 }
 
 // install puts the staged packs in the mirror's pack directory, registers
