@@ -558,13 +558,7 @@ func (r *Repo) fetchTracked(ctx context.Context, status bool) (head string, chan
 		a, err := r.fetchStaged(ctx, specs, moves)
 		added = added || a
 		return err
-	}, func() error {
-		defer r.lock("fetchTracked")()
-		if err := r.usable(); err != nil {
-			return err
-		}
-		return r.dropStatusRef()
-	})
+	}, func() error { return r.dropStatusRefLocked("fetchTracked") })
 	if err != nil {
 		return "", false, added, err
 	}

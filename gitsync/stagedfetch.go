@@ -69,11 +69,7 @@ func (r *Repo) FetchStatus(ctx context.Context) error {
 	added, err := r.fetchStaged(ctx, []config.RefSpec{r.statusRefSpec()}, []plumbing.ReferenceName{r.statusRef()})
 	switch {
 	case errors.Is(err, git.NoMatchingRefSpecError{}):
-		defer r.lock("FetchStatus")()
-		if err := r.usable(); err != nil {
-			return err
-		}
-		return r.dropStatusRef()
+		return r.dropStatusRefLocked("FetchStatus")
 	case err != nil:
 		if ctx.Err() != nil {
 			return ctx.Err()

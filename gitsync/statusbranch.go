@@ -57,6 +57,16 @@ func (r *Repo) dropStatusRef() error {
 	return nil
 }
 
+// dropStatusRefLocked is dropStatusRef for a caller that does not hold
+// mu (a staged fetch), taking it as op.
+func (r *Repo) dropStatusRefLocked(op string) error {
+	defer r.lock(op)()
+	if err := r.usable(); err != nil {
+		return err
+	}
+	return r.dropStatusRef()
+}
+
 // statusHead returns the mirror's tip of the status branch, zero when no
 // status branch is configured or the remote has none yet; the caller holds
 // mu.
