@@ -156,6 +156,10 @@ type Engine struct {
 
 	kept keptRollouts // the items of open rollouts as last read (Rollout)
 
+	// afterChunk, set by tests, runs after each chunk of a chunked
+	// creation with how many of the spec's items were sent so far
+	afterChunk func(sent int)
+
 	floor func(ctx context.Context) (int64, error)
 	lmu   sync.Mutex // guards runID, maxFence
 	// runID is the Redis run_id seen at the last Campaign or Renew ("" =

@@ -1547,6 +1547,73 @@ func TestALargeSpecIsCreatedInChunksAsOneRollout(t *testing.T) {
 	}
 }
 
+// TestARolloutFillingStartsNoWaveBelowItsCap: while a rollout created in
+// chunks still gets them, a Step starts no wave smaller than its
+// max_concurrent (at 100,000 items the first wave took the first chunk's
+// 2,000 where the cap was 5,000); a wave as wide as the cap starts at
+// once, and the last chunk, or the fill's grace after a creation that
+// stopped midway, lets a smaller one start.
+func TestARolloutFillingStartsNoWaveBelowItsCap(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	h := newHarness(t, rdb)
+	n := 2*CreateChunk + 500
+	inProgress := func(id string) int64 {
+		ro, _ := h.rollout(id)
+		return ro.Counters.InProgress
+	}
+	// a Step after each chunk, as the leader's loop runs one every 200 ms
+	create := func(ctx context.Context, s fleetwave.RolloutSpec) ([]int64, error) {
+		var seen []int64
+		h.e.afterChunk = func(int) {
+			h.step()
+			seen = append(seen, inProgress(s.BaseID))
+		}
+		defer func() { h.e.afterChunk = nil }()
+		_, err := h.e.CreateRolloutResult(ctx, h.fence, s)
+		return seen, err
+	}
+
+	// a cap the second chunk reaches: its wave starts then, whole
+	capped := CreateChunk + CreateChunk/2
+	seen, err := create(h.ctx, spec("wide", n, "web", 1, capped, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{0, int64(capped), int64(capped)}; !slices.Equal(seen, want) {
+		t.Fatalf("in progress after each chunk: %v, want %v", seen, want)
+	}
+
+	// a cap above the rollout's size: its one wave waits for the last chunk
+	seen, err = create(h.ctx, spec("whole", n, "db", 1, n+100, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{0, 0, int64(n)}; !slices.Equal(seen, want) {
+		t.Fatalf("in progress after each chunk: %v, want %v", seen, want)
+	}
+
+	// a creation that stops after its first chunk (the leader lost): the
+	// rollout waits for the rest at most fillGrace, then runs what it has
+	ctx, cancel := context.WithCancel(h.ctx)
+	h.e.afterChunk = func(int) { cancel() }
+	_, err = h.e.CreateRolloutResult(ctx, h.fence, spec("cut", n, "cache", 1, n, 0))
+	h.e.afterChunk = nil
+	if err == nil {
+		t.Fatal("the creation went on after its context ended")
+	}
+	h.step()
+	h.clk.Advance(fillGrace - time.Second)
+	h.step()
+	if got := inProgress("cut"); got != 0 {
+		t.Fatalf("%d items dispatched within the fill's grace, want 0", got)
+	}
+	h.clk.Advance(2 * time.Second)
+	h.step()
+	if got := inProgress("cut"); got != CreateChunk {
+		t.Fatalf("%d items dispatched once the fill's grace passed, want the first chunk's %d", got, CreateChunk)
+	}
+}
+
 // TestAWaveTakesMaxConcurrentItemsAboveAThousand: a lane's scan once read
 // at most 1,000 pending ids, so a BRC with max_concurrent 5000 ran in
 // waves of 1,000.

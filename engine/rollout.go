@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fleetwave/fleetwave"
 )
@@ -32,6 +33,10 @@ type rolloutHeader struct {
 	Once          bool   `json:"once"`
 	Hold          string `json:"hold"`
 	Items         int    `json:"items"`
+	// More is how many items of the spec later chunks carry: while they
+	// come, the rollout fills (fillGrace), FillMS the grace in ms.
+	More   int   `json:"more"`
+	FillMS int64 `json:"fill_ms"`
 }
 
 // CreateOutcome says what CreateRollout did with a spec's event.
@@ -139,15 +144,19 @@ type CreateResult struct {
 // whole or not at all).
 func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (CreateResult, error) {
 	if len(spec.Items) <= CreateChunk || hasGroups(spec.Items) {
-		return e.createChunk(ctx, fence, spec)
+		return e.createChunk(ctx, fence, spec, 0)
 	}
 	var out CreateResult
 	all := spec.Items
 	for lo := 0; lo < len(all); lo += CreateChunk {
-		spec.Items = all[lo:min(lo+CreateChunk, len(all))]
-		r, err := e.createChunk(ctx, fence, spec)
+		hi := min(lo+CreateChunk, len(all))
+		spec.Items = all[lo:hi]
+		r, err := e.createChunk(ctx, fence, spec, len(all)-hi)
 		if err != nil {
 			return out, err
+		}
+		if e.afterChunk != nil {
+			e.afterChunk(hi)
 		}
 		if lo == 0 || out.Outcome == OutcomeNone {
 			out.ID, out.Outcome = r.ID, r.Outcome
@@ -170,6 +179,20 @@ func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec flee
 // CreateChunk is the most items one create script takes.
 const CreateChunk = 2000
 
+// fillGrace is how long a rollout created in chunks waits for its next
+// chunk before a wave below max_concurrent starts anyway.
+//
+// A rollout fills while its chunks come: the first creates it, each one
+// after it marks it filling for fillGrace more, the last ends the fill.
+// Meanwhile a wave that would start with fewer items than max_concurrent
+// (the room its budget leaves) waits for more, so a large rollout's first
+// wave is as wide as its BRC allows: at 100,000 items a Step between the
+// first chunk and the second started a wave of 2,000 where max_concurrent
+// was 5,000, and the rollout ran one wave more than it needed. A creation
+// that stops midway (the leader lost, an error) holds its rollout at most
+// fillGrace.
+const fillGrace = 10 * time.Second
+
 func hasGroups(items []fleetwave.ItemSpec) bool {
 	for _, it := range items {
 		if it.Group != "" {
@@ -179,7 +202,9 @@ func hasGroups(items []fleetwave.ItemSpec) bool {
 	return false
 }
 
-func (e *Engine) createChunk(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (CreateResult, error) {
+// createChunk runs one create script of spec's items; more is how many
+// items of the event later chunks carry (0: the last or only one).
+func (e *Engine) createChunk(ctx context.Context, fence int64, spec fleetwave.RolloutSpec, more int) (CreateResult, error) {
 	src, err := json.Marshal(spec.Source)
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("encode rollout source: %w", err)
@@ -230,7 +255,7 @@ func (e *Engine) createChunk(ctx context.Context, fence int64, spec fleetwave.Ro
 		FTC:        spec.FailureThreshold,
 		MaxRetries: spec.MaxRetries, BackoffMS: spec.Backoff.Milliseconds(), Observed: max(spec.ObservedVersion, 0),
 		Budget: spec.Budget, BudgetCap: spec.BudgetCap, Supersede: spec.Supersede, Once: spec.Once,
-		Hold: spec.Hold, Items: len(spec.Items),
+		Hold: spec.Hold, Items: len(spec.Items), More: more, FillMS: fillGrace.Milliseconds(),
 	})
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("encode rollout header: %w", err)

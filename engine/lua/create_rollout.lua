@@ -367,6 +367,26 @@ if opened then
   redis.call('HSET', k_r(rid), 'npos', int(pos))
   maybe_complete(rid) -- every item skipped: nothing to wait for
 end
+-- a rollout created in chunks fills until its last chunk (fillGrace in
+-- rollout.go): the chunk that creates it marks it when more follow, each
+-- chunk after it keeps the mark fresh, the last one (or one that finds
+-- the mark expired) removes it; lane_plan starts no wave below the cap
+-- meanwhile
+local more = math.floor(H.more or 0)
+if out[3] == 'created' then
+  if more > 0 then
+    redis.call('HSET', k_r(rid), 'fill_until', int(NOW + (H.fill_ms or 0)))
+  end
+elseif existing then
+  local fill = num(redis.call('HGET', k_r(rid), 'fill_until'))
+  if fill > 0 then
+    if more > 0 and fill > NOW then
+      redis.call('HSET', k_r(rid), 'fill_until', int(NOW + (H.fill_ms or 0)))
+    else
+      redis.call('HDEL', k_r(rid), 'fill_until')
+    end
+  end
+end
 flush()
 if changed then
   bump()

@@ -437,8 +437,9 @@ end
 -- still start).
 -- Inputs: s and mode (win: the window states; peek).
 -- Output: a plan: halt (the failure threshold halts the rollout: nothing
--- else happens), none (no room and no peek: nothing to write), abandon
--- (a windowed item and no window states: the next Step decides), started
+-- else happens), none (no room and no peek, or a wave below the cap
+-- while the rollout fills: nothing to write), abandon (a windowed item
+-- and no window states: the next Step decides), started
 -- (items the wave takes) and steps, in dispatch order: {'run', unit} |
 -- {'wait', unit, reason, ats (per item: the next opening, maintenance
 -- windows only)} | {'reject', unit} (placement_rejected).
@@ -522,6 +523,14 @@ local function lane_plan(s, mode)
         end
       end
     end
+  end
+  -- a rollout still filling (its chunks coming: fill_until, see
+  -- create_rollout) starts no wave below its cap, which would be as small
+  -- as the chunks created so far; its last chunk or the mark's expiry
+  -- lets it start
+  if started > 0 and started < cap and num(r.fill_until) > NOW then
+    p.none = true
+    return p
   end
   p.started = started
   return p
