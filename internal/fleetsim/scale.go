@@ -495,10 +495,23 @@ func (t *tracker) topFence() int64 {
 	return top
 }
 
-func (t *tracker) waves(action time.Duration) Waves {
+// waves splits the main rollout's attempts into its waves: by the wave
+// each item ran in, as items (the rollout read from the API) give it, and
+// by when they were received for an attempt of an item not there.
+func (t *tracker) waves(action time.Duration, items []fleetwave.Item) Waves {
+	wave := make(map[string]int, len(items))
+	for _, it := range items {
+		wave[it.ID] = it.Wave
+	}
+	waveOf := func(attempt string) int {
+		if i := strings.LastIndexByte(attempt, '.'); i > 0 {
+			return wave[attempt[:i]]
+		}
+		return 0
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return splitWaves(t.received, t.answered, action)
+	return splitWaves(t.received, t.answered, action, waveOf)
 }
 
 func (t *tracker) probe(version string) (time.Time, string, bool) {
@@ -916,11 +929,6 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 		return res, fmt.Errorf("rollout %s: %d of %d items done: %w", mainID, done, sc.Nodes, waitErr)
 	}
 	say("rollout %s: %d items done, makespan %v (ideal %v)", mainID, done, res.Makespan.Round(time.Millisecond), ideal)
-	res.Waves = tr.waves(sc.Duration)
-	w := res.Waves
-	say("rollout %s: %d waves; median (max): handed out in %v (%v), last result %v (%v) after the action, next wave %v (%v) after it",
-		mainID, w.Count, w.Spread.Round(time.Millisecond), w.SpreadMax.Round(time.Millisecond), w.Tail.Round(time.Millisecond),
-		w.TailMax.Round(time.Millisecond), w.Gap.Round(time.Millisecond), w.GapMax.Round(time.Millisecond))
 	if err := <-probesDone; err != nil {
 		return res, err
 	}
@@ -986,6 +994,11 @@ func Run(ctx context.Context, sc Scenario) (res Result, err error) {
 	succ := fleet.Successes()
 	probeAgent.addSuccesses(succ)
 	res.RolloutState, res.Items = rollout.Status, len(items)
+	res.Waves = tr.waves(sc.Duration, items)
+	w := res.Waves
+	say("rollout %s: %d waves; median (max): handed out in %v (%v), last result %v (%v) after the action, next wave %v (%v) after it",
+		mainID, w.Count, w.Spread.Round(time.Millisecond), w.SpreadMax.Round(time.Millisecond), w.Tail.Round(time.Millisecond),
+		w.TailMax.Round(time.Millisecond), w.Gap.Round(time.Millisecond), w.GapMax.Round(time.Millisecond))
 	for _, it := range items {
 		// an item settled by a report rather than its result ends then
 		if d := it.CompletedAt.Sub(firstMain); it.Status == fleetwave.ItemCompleted && d > res.Makespan {

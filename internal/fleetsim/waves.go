@@ -25,16 +25,28 @@ type Waves struct {
 	Gap, GapMax time.Duration
 }
 
-// splitWaves groups the attempts by when their agents received them: a
-// wave starts with the first attempt received at least half an action's
-// duration after the previous wave's first (no wave starts before the one
-// before it has run). received and answered are keyed by attempt id; an
-// attempt without an answer counts by its receipt only.
-func splitWaves(received, answered map[string]time.Time, action time.Duration) Waves {
-	type att struct{ in, out time.Time }
+// splitWaves groups the attempts into waves and times them. waveOf, when
+// not nil, gives an attempt's wave as the rollout numbered it (0: not
+// known): the attempts of one wave are grouped, whenever they were
+// received (a retry in its wave, a hand-out that took seconds). Attempts
+// it does not know, or all without it, are grouped by when their agents
+// received them: a wave starts with the first attempt received at least
+// half an action's duration after the previous wave's first (no wave
+// starts before the one before it has run), which cuts a wave whose
+// hand-out took longer in two. received and answered are keyed by
+// attempt id; an attempt without an answer counts by its receipt only.
+func splitWaves(received, answered map[string]time.Time, action time.Duration, waveOf func(attempt string) int) Waves {
+	type att struct {
+		in, out time.Time
+		wave    int
+	}
 	all := make([]att, 0, len(received))
 	for id, in := range received {
-		all = append(all, att{in: in, out: answered[id]})
+		a := att{in: in, out: answered[id]}
+		if waveOf != nil {
+			a.wave = waveOf(id)
+		}
+		all = append(all, a)
 	}
 	if len(all) == 0 {
 		return Waves{}
@@ -42,16 +54,26 @@ func splitWaves(received, answered map[string]time.Time, action time.Duration) W
 	slices.SortFunc(all, func(a, b att) int { return a.in.Compare(b.in) })
 	type wave struct{ first, last, done time.Time }
 	var ws []wave
+	numbered := map[int]int{} // the rollout's wave -> its index in ws
 	for _, a := range all {
-		if len(ws) == 0 || a.in.Sub(ws[len(ws)-1].first) >= action/2 {
-			ws = append(ws, wave{first: a.in})
+		var w *wave
+		if i, ok := numbered[a.wave]; ok && a.wave > 0 {
+			w = &ws[i]
+		} else {
+			if a.wave > 0 || len(ws) == 0 || a.in.Sub(ws[len(ws)-1].first) >= action/2 {
+				ws = append(ws, wave{first: a.in})
+				if a.wave > 0 {
+					numbered[a.wave] = len(ws) - 1
+				}
+			}
+			w = &ws[len(ws)-1]
 		}
-		w := &ws[len(ws)-1]
-		w.last = a.in
+		w.last = a.in // sorted by receipt: the latest so far
 		if a.out.After(w.done) {
 			w.done = a.out
 		}
 	}
+	slices.SortStableFunc(ws, func(a, b wave) int { return a.first.Compare(b.first) })
 	var spread, tail, gap []time.Duration
 	for i, w := range ws {
 		spread = append(spread, w.last.Sub(w.first))

@@ -29,21 +29,35 @@ func TestSplitWaves(t *testing.T) {
 	// an attempt of the third wave whose result never came counts by its
 	// receipt: that wave's spread grows to 45 ms
 	received["late"] = third.Add(ms(45))
-	w := splitWaves(received, answered, ms(500))
+	w := splitWaves(received, answered, ms(500), nil)
 	want := Waves{Count: 3, Spread: ms(30), SpreadMax: ms(45), Tail: ms(70), TailMax: ms(90), Gap: ms(20), GapMax: ms(20)}
 	if w != want {
 		t.Fatalf("waves %+v, want %+v", w, want)
 	}
-	if got := splitWaves(nil, nil, ms(500)); got.Count != 0 {
+	if got := splitWaves(nil, nil, ms(500), nil); got.Count != 0 {
 		t.Fatalf("no attempts: %+v", got)
 	}
 	// the hub starts the next wave as it commits the last result, before
 	// that result's answer reaches its agent: the report shows the gap
 	// negative, not as a histogram's "above its largest bound"
 	w = splitWaves(map[string]time.Time{"a": t0, "b": t0.Add(ms(580))},
-		map[string]time.Time{"a": t0.Add(ms(600)), "b": t0.Add(ms(1100))}, ms(500))
+		map[string]time.Time{"a": t0.Add(ms(600)), "b": t0.Add(ms(1100))}, ms(500), nil)
 	if w.Count != 2 || w.Gap != -ms(20) {
 		t.Fatalf("a next wave received 20 ms before the last answer: %+v, want 2 waves and a gap of -20ms", w)
+	}
+	// by the rollout's own numbers: a wave handed out over 400 ms, more
+	// than half the action, is one wave, not two, and a retry received
+	// after the next wave began stays in its own (spread 700 ms, its
+	// answer the wave's last); an attempt not numbered goes by its receipt
+	waves := map[string]int{"w1a": 1, "w1b": 1, "w1retry": 1, "w2a": 2}
+	received = map[string]time.Time{"w1a": t0, "w1b": t0.Add(ms(400)), "w2a": t0.Add(ms(1000)),
+		"w1retry": t0.Add(ms(700)), "other": t0.Add(ms(3000))}
+	answered = map[string]time.Time{"w1a": t0.Add(ms(600)), "w1b": t0.Add(ms(950)), "w2a": t0.Add(ms(1600)),
+		"w1retry": t0.Add(ms(1300)), "other": t0.Add(ms(3600))}
+	w = splitWaves(received, answered, ms(500), func(id string) int { return waves[id] })
+	want = Waves{Count: 3, Spread: ms(0), SpreadMax: ms(700), Tail: ms(100), TailMax: ms(800), Gap: ms(1400), GapMax: ms(1400)}
+	if w != want {
+		t.Fatalf("numbered waves %+v, want %+v", w, want)
 	}
 	row := Row{Unit: unitDuration, Signed: true}
 	if got := row.format(-0.36); got != "-360 ms" {
