@@ -53,6 +53,7 @@ func splitWaves(received, answered map[string]time.Time, action time.Duration, w
 	}
 	slices.SortFunc(all, func(a, b att) int { return a.in.Compare(b.in) })
 	type wave struct{ first, last, done time.Time }
+	// in the order of their first attempts, as all are taken by receipt
 	var ws []wave
 	numbered := map[int]int{} // the rollout's wave -> its index in ws
 	for _, a := range all {
@@ -73,7 +74,6 @@ func splitWaves(received, answered map[string]time.Time, action time.Duration, w
 			w.done = a.out
 		}
 	}
-	slices.SortStableFunc(ws, func(a, b wave) int { return a.first.Compare(b.first) })
 	var spread, tail, gap []time.Duration
 	for i, w := range ws {
 		spread = append(spread, w.last.Sub(w.first))
