@@ -303,6 +303,10 @@ type Rollout struct {
 	Counters  Counters  `json:"counters"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Filling says the engine is still creating the rollout's items (a
+	// large rollout is created in chunks): what it holds is not all of
+	// them yet. Not part of the API's answer.
+	Filling bool `json:"-"`
 }
 
 // Item is one queue entry (BRI) as the engine reports it.

@@ -1561,10 +1561,29 @@ func TestARolloutFillingStartsNoWaveBelowItsCap(t *testing.T) {
 		ro, _ := h.rollout(id)
 		return ro.Counters.InProgress
 	}
+	// what the rollout's readers are told: filling while its chunks come
+	// (a status write leaves its items for later), by both reads
+	filling := func(id string) bool {
+		t.Helper()
+		ro, _ := h.rollout(id)
+		all, err := h.e.Rollouts(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range all {
+			if r.ID == id && r.Filling != ro.Filling {
+				t.Fatalf("%s: Rollouts says filling %v, Rollout %v", id, r.Filling, ro.Filling)
+			}
+		}
+		return ro.Filling
+	}
 	// a Step after each chunk, as the leader's loop runs one every 200 ms
+	var fills []bool
 	create := func(ctx context.Context, s fleetwave.RolloutSpec) ([]int64, error) {
 		var seen []int64
+		fills = nil
 		h.e.afterChunk = func(int) {
+			fills = append(fills, filling(s.BaseID))
 			h.step()
 			seen = append(seen, inProgress(s.BaseID))
 		}
@@ -1581,6 +1600,9 @@ func TestARolloutFillingStartsNoWaveBelowItsCap(t *testing.T) {
 	}
 	if want := []int64{0, int64(capped), int64(capped)}; !slices.Equal(seen, want) {
 		t.Fatalf("in progress after each chunk: %v, want %v", seen, want)
+	}
+	if want := []bool{true, true, false}; !slices.Equal(fills, want) {
+		t.Fatalf("filling after each chunk: %v, want %v", fills, want)
 	}
 
 	// a cap above the rollout's size: its one wave waits for the last chunk
@@ -1607,7 +1629,13 @@ func TestARolloutFillingStartsNoWaveBelowItsCap(t *testing.T) {
 	if got := inProgress("cut"); got != 0 {
 		t.Fatalf("%d items dispatched within the fill's grace, want 0", got)
 	}
+	if !filling("cut") {
+		t.Fatal("a creation cut within the fill's grace: the rollout is not filling")
+	}
 	h.clk.Advance(2 * time.Second)
+	if filling("cut") {
+		t.Fatal("the fill's grace passed: the rollout still filling")
+	}
 	h.step()
 	if got := inProgress("cut"); got != CreateChunk {
 		t.Fatalf("%d items dispatched once the fill's grace passed, want the first chunk's %d", got, CreateChunk)

@@ -94,7 +94,7 @@ func (e *Engine) RolloutChunks(ctx context.Context, id string) (fleetwave.Rollou
 			incremental = false
 			continue
 		}
-		r := decodeRollout(m)
+		r := e.decodeRollout(m)
 		var read []string // the items to read: all, or the new and the marked ones
 		if incremental {
 			first := len(k.ids)

@@ -473,7 +473,7 @@ func (e *Engine) Rollouts(ctx context.Context) ([]fleetwave.Rollout, error) {
 		if len(m) == 0 {
 			continue
 		}
-		out = append(out, decodeRollout(m))
+		out = append(out, e.decodeRollout(m))
 	}
 	return out, nil
 }
@@ -488,7 +488,7 @@ func (e *Engine) RolloutRecord(ctx context.Context, id string) (fleetwave.Rollou
 	if len(m) == 0 {
 		return fleetwave.Rollout{}, fmt.Errorf("rollout %s: %w", id, ErrNotFound)
 	}
-	return decodeRollout(m), nil
+	return e.decodeRollout(m), nil
 }
 
 // ActiveItem returns the active item of block instance node/block, if any.
@@ -613,7 +613,7 @@ func counters(m map[string]string, prefix string) fleetwave.Counters {
 	}
 }
 
-func decodeRollout(m map[string]string) fleetwave.Rollout {
+func (e *Engine) decodeRollout(m map[string]string) fleetwave.Rollout {
 	r := fleetwave.Rollout{
 		ID:            m["id"],
 		Status:        fleetwave.RolloutStatus(m["status"]),
@@ -628,6 +628,10 @@ func decodeRollout(m map[string]string) fleetwave.Rollout {
 	r.FailureThresholdPercent, _ = strconv.ParseFloat(m["failure_threshold_percent"], 64)
 	r.FailureThreshold = int(atoi(m["failure_threshold"]))
 	_ = json.Unmarshal([]byte(m["source"]), &r.Source)
+	// its creation in chunks still under way (create_rollout.lua): a mark
+	// that outlived a creation that stopped no longer counts, nor one left
+	// on a rollout cancelled meanwhile
+	r.Filling = !r.Status.Finished() && atoi(m["fill_until"]) > e.nowMS()
 	return r
 }
 

@@ -71,5 +71,5 @@ func (e *Engine) RolloutPage(ctx context.Context, id, after string, limit int) (
 	if err != nil {
 		return fleetwave.Rollout{}, nil, false, err
 	}
-	return decodeRollout(m), items, more, nil
+	return e.decodeRollout(m), items, more, nil
 }
