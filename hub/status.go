@@ -150,9 +150,11 @@ func (h *Hub) statusStep(ctx context.Context) {
 			h.kick(h.statusNow) // more are waiting
 		}
 	}
-	h.mu.Lock()
-	h.statusMark = mark
-	h.mu.Unlock()
+	if !b.filling { // else written again at the next interval, whatever changed
+		h.mu.Lock()
+		h.statusMark = mark
+		h.mu.Unlock()
+	}
 	steps.Lap("ack")
 	h.metrics.statusSteps(steps)
 	if commit != "" {
@@ -162,7 +164,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 			ev = h.log.Warn()
 		}
 		ev.Func(lapFields(steps)).Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
+			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Bool("filling", b.filling).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
 	}
 }
 
@@ -195,6 +197,9 @@ type statusBatch struct {
 	// nodesLeft says the nodes' documents were left for a later write
 	// (nodesDue).
 	nodesLeft bool
+	// filling says a rollout whose items are still being created was
+	// left for a later write.
+	filling bool
 }
 
 // While a rollout runs, a status write builds the nodes' documents only
@@ -339,6 +344,10 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	h.partItems = nil
 	var partsBuilt []string
 	active := false // a rollout not finished yet: nodesDue
+	// a rollout whose items are still being created (Rollout.Filling):
+	// left out, and the nodes' documents, which list the items waiting on
+	// each node, with it
+	filling := false
 	for i := range rollouts {
 		r := rollouts[i]
 		lines = append(lines, status.RolloutLine{ID: r.ID, Status: r.Status, Reason: r.Reason, Wave: r.Wave,
@@ -353,6 +362,15 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 		active = active || !done
 		if done && h.rolloutsWritten[r.ID] && !changed[r.ID] {
 			continue // its final document is committed: the file stays as it is
+		}
+		if r.Filling {
+			// its items still being created: read once they all are, by
+			// a write after this one. At 100,000 items a write that read
+			// them while the creation's scripts ran took 9.6 s for that
+			// alone (the slowest write of every run), and built the nodes'
+			// documents without the items not created yet.
+			filling = true
+			continue
 		}
 		_, chunks, err := h.eng.RolloutChunks(ctx, r.ID)
 		if err != nil {
@@ -538,8 +556,8 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	steps.Lap("summary")
 
 	b := statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
-		rendered: rendered, partsBuilt: partsBuilt}
-	if h.nodesDue(time.Now(), active) {
+		rendered: rendered, partsBuilt: partsBuilt, filling: filling}
+	if !filling && h.nodesDue(time.Now(), active) {
 		if err := h.nodeFiles(&b, snap, obs, waitingByNode, held); err != nil {
 			return statusBatch{}, err
 		}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
@@ -122,4 +125,105 @@ func TestRolloutPartsBuiltOnlyWhenTheirItemsChanged(t *testing.T) {
 	}
 	expect("rollout cancelled", partPaths...)
 	expect("nothing changed after")
+}
+
+// TestAFillingRolloutIsWrittenOnceItsItemsAreAll: a status write leaves
+// out a rollout whose items the engine is still creating (a large one is
+// created in chunks; at 100,000 items, reading them meanwhile made the
+// slowest write of every run), and the nodes' documents, which list the
+// items waiting on each node, with it. The write after its creation ended
+// commits its document, its parts and the nodes' documents (real
+// redis-server, real mirror and remote).
+func TestAFillingRolloutIsWrittenOnceItsItemsAreAll(t *testing.T) {
+	url := gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"})
+	cut := &cutAfterScript{}
+	h, clk, fence := statusHub(t, url, cut)
+	ctx := context.Background()
+	if err := h.eng.Report(ctx, fleetwave.Report{Node: "n0001", SentAt: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 10,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler}}
+	for i := range 2500 {
+		spec.Items = append(spec.Items, fleetwave.ItemSpec{Node: fmt.Sprintf("n%04d", i), Block: "web", Action: fleetwave.ActionUpgrade,
+			Generation: 1, TargetVersion: "1", Payload: fleetwave.AttemptPayload{Command: "true", TimeoutSeconds: 60}})
+	}
+	// the creation stops after its first chunk, as the leader's would
+	// between two of its scripts
+	cctx, cancel := context.WithCancel(ctx)
+	cut.arm(cancel)
+	_, _, err := h.eng.CreateRollout(cctx, fence, spec)
+	cut.disarm()
+	if err == nil {
+		t.Fatal("the creation went on after its context ended")
+	}
+	id := "web"
+	ro, err := h.eng.RolloutRecord(ctx, id)
+	if err != nil || !ro.Filling || ro.Counters.Total != 2000 {
+		t.Fatalf("rollout after its first chunk: filling %v, %d items, %v; want filling with 2000", ro.Filling, ro.Counters.Total, err)
+	}
+	statusFile := func(p string) (string, bool) { return gittest.ReadFileAt(t, url, "fleetwave/status", p) }
+	nodeDoc := status.NodePath("n0001")
+
+	h.statusStep(ctx)
+	summary, ok := statusFile(status.SummaryPath)
+	if !ok || !strings.Contains(summary, id) {
+		t.Fatalf("the write while it fills: summary committed %v, naming %s: %v\n%.800s", ok, id, strings.Contains(summary, id), summary)
+	}
+	for _, p := range []string{status.RolloutPath(id), status.RolloutPartPath(id, 1), nodeDoc} {
+		if _, ok := statusFile(p); ok {
+			t.Fatalf("the write while it fills committed %s", p)
+		}
+	}
+
+	// sent again (the next reconcile): the rest is created and the fill ends
+	if _, _, err := h.eng.CreateRollout(ctx, fence, spec); err != nil {
+		t.Fatal(err)
+	}
+	if ro, err := h.eng.RolloutRecord(ctx, id); err != nil || ro.Filling || ro.Counters.Total != 2500 {
+		t.Fatalf("rollout once sent again: filling %v, %d items, %v; want 2500, not filling", ro.Filling, ro.Counters.Total, err)
+	}
+	h.statusStep(ctx)
+	doc, ok := statusFile(status.RolloutPath(id))
+	if !ok || !strings.Contains(doc, "total: 2500") {
+		t.Fatalf("the write after the fill: rollout document committed %v:\n%.800s", ok, doc)
+	}
+	for part := 1; part <= 3; part++ {
+		if _, ok := statusFile(status.RolloutPartPath(id, part)); !ok {
+			t.Fatalf("the write after the fill: part %d not committed", part)
+		}
+	}
+	node, ok := statusFile(nodeDoc)
+	if !ok || !strings.Contains(node, id+".2") {
+		t.Fatalf("the write after the fill: %s committed %v, listing its waiting item %s.2:\n%.800s", nodeDoc, ok, id, node)
+	}
+}
+
+// cutAfterScript, once armed, calls its cut after the first script
+// (EVAL, EVALSHA) Redis ran without error.
+type cutAfterScript struct {
+	mu    sync.Mutex
+	armed func()
+}
+
+func (c *cutAfterScript) arm(cut func()) { c.mu.Lock(); c.armed = cut; c.mu.Unlock() }
+func (c *cutAfterScript) disarm()        { c.arm(nil) }
+
+func (c *cutAfterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cutAfterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (c *cutAfterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); err == nil && (name == "eval" || name == "evalsha") {
+			c.mu.Lock()
+			if c.armed != nil {
+				c.armed()
+				c.armed = nil
+			}
+			c.mu.Unlock()
+		}
+		return err
+	}
 }
