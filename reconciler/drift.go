@@ -59,7 +59,8 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 // DriftCache is Drift node by node, for a caller that asks again as
 // reports come in (the hub, at every status write): a node's entries are
 // worked out again only when its report or the snapshot is another than
-// at the last Update. A snapshot and a report are never changed in place
+// at the last Update, and after a new snapshot that changed only BRCs,
+// only when one of its BRCs changed (keepUnchanged). A snapshot and a report are never changed in place
 // (a new one replaces them), so the same pointer says the same thing; a
 // node's entries depend on nothing else but the clock, which only
 // stale_node reads, at every Update. At 100,000 nodes in a fleet-wide
@@ -90,6 +91,7 @@ type nodeDrift struct {
 // entries. A nil snap leaves no entries.
 func (c *DriftCache) Update(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, staleAfter time.Duration, opts Options) {
 	if snap != c.snap || c.triggers == nil {
+		prev, prevTriggers, prevNodes := c.snap, c.triggers, c.nodes
 		c.snap, c.triggers, c.nodes = snap, map[string][]string{}, map[string]nodeDrift{}
 		if snap != nil {
 			for _, name := range slices.Sorted(maps.Keys(snap.Triggers)) {
@@ -101,6 +103,7 @@ func (c *DriftCache) Update(snap *fleetwave.Snapshot, obs fleetwave.Observations
 					c.triggers[id] = append(c.triggers[id], name)
 				}
 			}
+			c.keepUnchanged(prev, prevTriggers, prevNodes)
 		}
 	}
 	if c.stale == nil {
@@ -140,6 +143,35 @@ func (c *DriftCache) Update(snap *fleetwave.Snapshot, obs fleetwave.Observations
 		if stale != nil {
 			// without a block, it sorts before the node's others
 			c.stale[id] = append([]DriftEntry{*stale}, nd.entries...)
+		}
+	}
+}
+
+// keepUnchanged keeps, when the new snapshot changed nothing but triggers
+// from prev (ChangedTriggers), the entries worked out under prev of every
+// node whose triggers in scope are those it had, none of them changed
+// nor given another generation: what they were worked out from (the node,
+// its triggers, their blocks, generations and renders) is the same. At
+// 100,000 nodes every push, a one-node BRC's among them, worked out every
+// node's drift again: 5.4-6.0 s of a status write under load.
+func (c *DriftCache) keepUnchanged(prev *fleetwave.Snapshot, prevTriggers map[string][]string, prevNodes map[string]nodeDrift) {
+	if prev == nil || len(prevNodes) == 0 || len(prev.Objects) == 0 || len(c.snap.Objects) == 0 {
+		return
+	}
+	changed := ChangedTriggers(prev, c.snap)
+	if changed == nil {
+		return
+	}
+	for name := range c.snap.Triggers {
+		k := fleetwave.Key(fleetwave.KindTrigger, name)
+		if c.snap.Generation(k) != prev.Generation(k) {
+			changed[name] = true
+		}
+	}
+	for id, nd := range prevNodes {
+		names := c.triggers[id]
+		if slices.Equal(names, prevTriggers[id]) && !slices.ContainsFunc(names, func(n string) bool { return changed[n] }) {
+			c.nodes[id] = nd
 		}
 	}
 }

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -14,26 +15,47 @@ import (
 // change step by step, what a DriftCache kept across the steps gives
 // each node is what Drift works out from scratch. A cache that missed a
 // replaced report, a new snapshot or the clock would show a node's old
-// drift in its status document.
+// drift in its status document. A new snapshot that changed only BRCs
+// (a version, a template, a selector, or nothing but a generation) keeps the entries
+// of the nodes none of whose BRCs changed; one that changed a node's
+// labels, and so a BRC's scope, keeps none.
 func TestDriftCacheIsDrift(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	const nodes = 120
-	snapshot := func(version string, gen int64) *fleetwave.Snapshot {
+	commits := 0
+	// the snapshot of a commit: op's version and generation, db's
+	// template and selector (by tier, or by region: a scope that grows and
+	// shrinks), and whether n000's labels moved it out of db's tier
+	snapshot := func(version string, gen int64, dbTemplate string, byRegion, moved bool) *fleetwave.Snapshot {
 		snap := testSnapshot()
+		commits++
+		snap.Commit = fmt.Sprintf("c%d", commits)
 		snap.Triggers["op"].TargetVersion = version
 		snap.Triggers["db"] = &fleetwave.Trigger{Name: "db", BlockName: "db", TargetVersion: "2", TriggerType: fleetwave.TriggerReconciliation,
 			DesiredState: fleetwave.StateRunning, Selector: &fleetwave.Selector{MatchLabels: map[string]string{"tier": "db"}},
-			BlockConfigTemplate: "tier: {{ node.labels.tier }}\n"}
+			BlockConfigTemplate: dbTemplate}
+		if byRegion {
+			snap.Triggers["db"].Selector = &fleetwave.Selector{MatchLabels: map[string]string{"region": "eu"}}
+		}
 		snap.Blocks["db"] = &fleetwave.Block{Name: "db", Actions: snap.Blocks["operator"].Actions}
 		snap.Generations = map[fleetwave.ObjectKey]int64{"trigger/op": gen, "trigger/db": 2}
 		snap.Nodes = map[string]*fleetwave.Node{}
+		snap.Objects = map[fleetwave.ObjectKey]fleetwave.Object{}
+		object := func(k fleetwave.ObjectKey, content string) {
+			snap.Objects[k] = fleetwave.Object{Key: k, Path: string(k), Hash: content}
+		}
+		object("trigger/op", version)
+		object("trigger/db", fmt.Sprint(dbTemplate, byRegion))
+		object("block/operator", "operator")
+		object("block/db", "db")
 		for i := range nodes {
 			id := fmt.Sprintf("n%03d", i)
 			labels := map[string]string{"region": []string{"eu", "us"}[i%2]}
-			if i%3 == 0 {
+			if i%3 == 0 && !(i == 0 && moved) {
 				labels["tier"] = "db"
 			}
 			snap.Nodes[id] = &fleetwave.Node{ID: id, Workspace: "ws-a", Labels: labels}
+			object(fleetwave.Key(fleetwave.KindNode, id), fmt.Sprint(labels))
 		}
 		return snap
 	}
@@ -49,8 +71,10 @@ func TestDriftCacheIsDrift(t *testing.T) {
 		}
 		return r
 	}
+	templates := []string{"tier: {{ node.labels.tier }}\n", "tier: {{ node.labels.tier }}\nregion: {{ node.labels.region }}\n"}
 	clock := now
-	snap := snapshot("1.1.0", 4)
+	version, gen, dbTemplate, byRegion, moved := "1.1.0", int64(4), templates[0], false, false
+	snap := snapshot(version, gen, dbTemplate, byRegion, moved)
 	obs := fleetwave.Observations{}
 	for i := range nodes {
 		if i%7 != 0 { // some never reported
@@ -59,20 +83,29 @@ func TestDriftCacheIsDrift(t *testing.T) {
 		}
 	}
 	var c DriftCache
-	drifting, renewed := 0, 0
-	for step := range 60 {
+	drifting, renewed, kept := 0, 0, 0
+	for step := range 200 {
+		before := maps.Clone(c.nodes)
+		triggersOnly := false
 		switch k := rng.IntN(10); {
-		case k < 6: // new reports for a few nodes (replaced, never changed in place)
+		case k < 5: // new reports for a few nodes (replaced, never changed in place)
 			for range 1 + rng.IntN(10) {
 				id := fmt.Sprintf("n%03d", rng.IntN(nodes))
 				obs[id] = report(id, clock)
 			}
-		case k < 7: // a node's report is gone
+		case k < 6: // a node's report is gone
 			delete(obs, fmt.Sprintf("n%03d", rng.IntN(nodes)))
-		case k < 9: // time passes: some reports go stale
+		case k < 7: // time passes: some reports go stale
 			clock = clock.Add(time.Duration(rng.IntN(40)) * time.Minute)
-		default: // a new snapshot
-			snap = snapshot([]string{"1.1.0", "1.2.0"}[rng.IntN(2)], int64(4+rng.IntN(2)))
+		case k < 9: // a new commit of BRCs: op's version or generation, db's template or selector
+			version, gen = []string{"1.1.0", "1.2.0"}[rng.IntN(2)], int64(4+rng.IntN(2))
+			dbTemplate, byRegion = templates[rng.IntN(2)], rng.IntN(3) == 0
+			snap = snapshot(version, gen, dbTemplate, byRegion, moved)
+			renewed++
+			triggersOnly = true
+		default: // a new commit that moves n000 in or out of db's scope
+			moved = !moved
+			snap = snapshot(version, gen, dbTemplate, byRegion, moved)
 			renewed++
 		}
 		c.Update(snap, obs, clock, time.Hour, Options{})
@@ -86,9 +119,17 @@ func TestDriftCacheIsDrift(t *testing.T) {
 			}
 		}
 		drifting += len(want)
+		if !triggersOnly {
+			continue
+		}
+		for id, nd := range c.nodes { // kept, not worked out again
+			if b, ok := before[id]; ok && len(nd.entries) > 0 && len(b.entries) > 0 && &nd.entries[0] == &b.entries[0] {
+				kept++
+			}
+		}
 	}
-	if renewed == 0 || drifting == 0 {
-		t.Fatalf("the steps renewed the snapshot %d times and found %d drifting nodes: the test tried nothing", renewed, drifting)
+	if renewed == 0 || drifting == 0 || kept == 0 {
+		t.Fatalf("the steps renewed the snapshot %d times, found %d drifting nodes and kept %d nodes' entries over a new snapshot: the test tried nothing", renewed, drifting, kept)
 	}
 }
 
@@ -166,4 +207,68 @@ func benchDriftPerWrite(b *testing.B, template bool) {
 			}
 		}
 	})
+}
+
+// BenchmarkDriftAfterPush is the drift a status write needs at 100,000
+// nodes after a push of a BRC of one node (a probe): "kept" keeps every
+// other node's entries (the new snapshot changed only that BRC), "whole"
+// works out every node's again, as every new snapshot did before (its
+// snapshot without the objects' hashes that tell what changed):
+//
+//	go test -run '^$' -bench DriftAfterPush -benchmem ./reconciler/
+func BenchmarkDriftAfterPush(b *testing.B) {
+	for _, kept := range []bool{true, false} {
+		b.Run(map[bool]string{true: "kept", false: "whole"}[kept], func(b *testing.B) { benchDriftAfterPush(b, kept) })
+	}
+}
+
+func benchDriftAfterPush(b *testing.B, kept bool) {
+	const nodes = 100_000
+	base := testSnapshot()
+	base.Nodes = map[string]*fleetwave.Node{}
+	base.Objects = map[fleetwave.ObjectKey]fleetwave.Object{}
+	obs := fleetwave.Observations{}
+	for i := range nodes {
+		id := fmt.Sprintf("node-%06d", i)
+		base.Nodes[id] = &fleetwave.Node{ID: id, Workspace: "ws-a", Labels: map[string]string{"region": "eu"}}
+		k := fleetwave.Key(fleetwave.KindNode, id)
+		base.Objects[k] = fleetwave.Object{Key: k, Path: string(k), Hash: "eu"}
+		obs[id] = &fleetwave.Report{Node: id, ReceivedAt: now, Instances: []fleetwave.InstanceStatus{
+			{Block: "operator", Version: "1.0.0", Generation: 3, ConfigHash: "old", State: fleetwave.StateInstalled}}}
+	}
+	base.NodeIDs = base.SortedNodeIDs()
+	base.Objects["trigger/op"] = fleetwave.Object{Key: "trigger/op", Path: "trigger/op", Hash: "op"}
+	// the next commit: the probe BRC of one node at its next version
+	probe := 0
+	push := func(prev *fleetwave.Snapshot) *fleetwave.Snapshot {
+		probe++
+		snap := *prev
+		snap.Commit = fmt.Sprintf("c%d", probe+1)
+		snap.Triggers = maps.Clone(prev.Triggers)
+		snap.Triggers["probe"] = &fleetwave.Trigger{Name: "probe", BlockName: "operator", TargetVersion: fmt.Sprint(probe),
+			TriggerType: fleetwave.TriggerReconciliation, Nodes: []string{"node-000000"}}
+		snap.Generations = maps.Clone(prev.Generations)
+		snap.Generations["trigger/probe"] = int64(probe)
+		if kept {
+			snap.Objects = maps.Clone(prev.Objects)
+			snap.Objects["trigger/probe"] = fleetwave.Object{Key: "trigger/probe", Path: "trigger/probe", Hash: fmt.Sprint(probe)}
+		} else {
+			snap.Objects = nil
+		}
+		return &snap
+	}
+	var renders RenderCache
+	opts := Options{Renders: &renders}
+	var c DriftCache
+	snap := push(base)
+	c.Update(snap, obs, now, time.Hour, opts)
+	for b.Loop() {
+		b.StopTimer()
+		snap = push(snap)
+		b.StartTimer()
+		c.Update(snap, obs, now, time.Hour, opts)
+		if d := c.Of("node-000001"); len(d) != 3 {
+			b.Fatalf("node-000001 drifts %+v, want a config, a generation and a version", d)
+		}
+	}
 }
