@@ -60,15 +60,16 @@ func Drift(snap *fleetwave.Snapshot, obs fleetwave.Observations, now time.Time, 
 // reports come in (the hub, at every status write): a node's entries are
 // worked out again only when its report or the snapshot is another than
 // at the last Update, and after a new snapshot that changed only BRCs,
-// only when one of its BRCs changed (keepUnchanged). A snapshot and a report are never changed in place
-// (a new one replaces them), so the same pointer says the same thing; a
-// node's entries depend on nothing else but the clock, which only
-// stale_node reads, at every Update. At 100,000 nodes in a fleet-wide
-// rollout every node drifts, and working it all out for each status write
-// (a config rendered and hashed per instance, some 300,000 entries sorted,
-// then grouped by node) took 0.45-0.75 s a write (BenchmarkDriftPerWrite)
-// while a write sees a few thousand new reports. One caller's Options throughout; not safe
-// for concurrent use. The zero value is ready.
+// only when one of its BRCs changed (keepUnchanged). A snapshot and a
+// report are never changed in place (a new one replaces them), so the
+// same pointer says the same thing; a node's entries depend on nothing
+// else but the clock, which only stale_node reads, at every Update. At
+// 100,000 nodes in a fleet-wide rollout every node drifts, and working it
+// all out for each status write (a config rendered and hashed per
+// instance, some 300,000 entries sorted, then grouped by node) took
+// 0.45-0.75 s a write (BenchmarkDriftPerWrite) while a write sees a few
+// thousand new reports. One caller's Options throughout; not safe for
+// concurrent use. The zero value is ready.
 type DriftCache struct {
 	snap *fleetwave.Snapshot
 	// triggers are the reconciliation triggers whose scope holds each
