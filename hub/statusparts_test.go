@@ -24,12 +24,7 @@ import (
 func TestRolloutPartsBuiltOnlyWhenTheirItemsChanged(t *testing.T) {
 	h, clk, fence := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
 	ctx := context.Background()
-	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 10,
-		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler}}
-	for i := range 2500 {
-		spec.Items = append(spec.Items, fleetwave.ItemSpec{Node: fmt.Sprintf("n%04d", i), Block: "web", Action: fleetwave.ActionUpgrade,
-			Generation: 1, TargetVersion: "1", Payload: fleetwave.AttemptPayload{Command: "true", TimeoutSeconds: 60}})
-	}
+	spec := webSpec(2500)
 	id, _, err := h.eng.CreateRollout(ctx, fence, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +122,18 @@ func TestRolloutPartsBuiltOnlyWhenTheirItemsChanged(t *testing.T) {
 	expect("nothing changed after")
 }
 
+// webSpec is a rollout of block web to nodes n0000 and on, n items, ten
+// at a time.
+func webSpec(n int) fleetwave.RolloutSpec {
+	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 10,
+		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler}}
+	for i := range n {
+		spec.Items = append(spec.Items, fleetwave.ItemSpec{Node: fmt.Sprintf("n%04d", i), Block: "web", Action: fleetwave.ActionUpgrade,
+			Generation: 1, TargetVersion: "1", Payload: fleetwave.AttemptPayload{Command: "true", TimeoutSeconds: 60}})
+	}
+	return spec
+}
+
 // TestAFillingRolloutIsWrittenOnceItsItemsAreAll: a status write leaves
 // out a rollout whose items the engine is still creating (a large one is
 // created in chunks; at 100,000 items, reading them meanwhile made the
@@ -142,12 +149,7 @@ func TestAFillingRolloutIsWrittenOnceItsItemsAreAll(t *testing.T) {
 	if err := h.eng.Report(ctx, fleetwave.Report{Node: "n0001", SentAt: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	spec := fleetwave.RolloutSpec{BaseID: "web", MaxConcurrent: 10,
-		Source: fleetwave.RolloutSource{Object: fleetwave.Key(fleetwave.KindTrigger, "web"), Generation: 1, Kind: fleetwave.SourceScheduler}}
-	for i := range 2500 {
-		spec.Items = append(spec.Items, fleetwave.ItemSpec{Node: fmt.Sprintf("n%04d", i), Block: "web", Action: fleetwave.ActionUpgrade,
-			Generation: 1, TargetVersion: "1", Payload: fleetwave.AttemptPayload{Command: "true", TimeoutSeconds: 60}})
-	}
+	spec := webSpec(2500)
 	// the creation stops after its first chunk, as the leader's would
 	// between two of its scripts
 	cctx, cancel := context.WithCancel(ctx)
