@@ -154,7 +154,8 @@ type Engine struct {
 	omu   sync.Mutex
 	obsAt obsMark
 
-	kept keptRollouts // the items of open rollouts as last read (Rollout)
+	kept    keptRollouts // the items of open rollouts as last read (Rollout)
+	warming warming      // the rollouts being created whose items are read as they come (warm)
 
 	// afterChunk, set by tests, runs after each chunk of a chunked
 	// creation with how many of the spec's items were sent so far

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
 )
@@ -23,7 +25,8 @@ import (
 // the rollout saw, and the items appended to its list since. It reads a
 // rollout whole when it cannot trust the marks, as Observe does (first
 // read, another run_id, the counter gone back, fullObserveEvery), and
-// keeps no finished rollout nor more than keptItemsMax items in all.
+// keeps no finished rollout nor more than keptItemsMax items in all. A
+// rollout it creates in chunks it reads as the chunks land (warm).
 func (e *Engine) Rollout(ctx context.Context, id string) (fleetwave.Rollout, []fleetwave.Item, error) {
 	r, chunks, err := e.RolloutChunks(ctx, id)
 	if err != nil {
@@ -55,6 +58,11 @@ const KeptChunk = 1000
 // without comparing their items; and no read copies a rollout's items
 // whole (at 100,000 items, 39 MB a status write).
 func (e *Engine) RolloutChunks(ctx context.Context, id string) (fleetwave.Rollout, [][]fleetwave.Item, error) {
+	return e.rolloutChunks(ctx, id, &e.log)
+}
+
+// rolloutChunks is RolloutChunks, logging to log.
+func (e *Engine) rolloutChunks(ctx context.Context, id string, log *zerolog.Logger) (fleetwave.Rollout, [][]fleetwave.Item, error) {
 	k := e.kept.get(id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -80,7 +88,7 @@ func (e *Engine) RolloutChunks(ctx context.Context, id string) (fleetwave.Rollou
 			e.kept.drop(id, k)
 			return fleetwave.Rollout{}, nil, fmt.Errorf("read rollout %s: %w", id, err)
 		}
-		version, server, trusted, err := e.checkMarks(ctx, marks, runID, k.at)
+		version, server, trusted, err := e.checkMarks(ctx, marks, runID, k.at, log)
 		if err != nil {
 			e.kept.drop(id, k)
 			return fleetwave.Rollout{}, nil, err
@@ -238,4 +246,63 @@ func (ks *keptRollouts) drop(id string, k *keptRollout) {
 		ks.total -= k.n
 	}
 	k.n = 0
+}
+
+// warmTimeout bounds one background read of a rollout being created.
+const warmTimeout = time.Minute
+
+// warming is the rollouts a background read keeps current while their
+// chunks are created (warm): again says that another chunk landed during
+// the read under way, which then reads once more.
+type warming struct {
+	mu     sync.Mutex
+	byID   map[string]*warmState
+	finish sync.WaitGroup // the reads under way (tests wait for them)
+}
+
+type warmState struct{ again bool }
+
+// warm brings the kept items of rollout id up to date in the background,
+// after a chunk of its creation landed: the items the chunk created are
+// read then, a chunk's worth at a time, beside the creation's next
+// scripts, not all at once by the first status write after it. At
+// 100,000 items that write read the rollout whole in 2.7 to 9.5 s (the
+// slowest write of every run); now it reads only the items changed since
+// the last chunk. One read runs per rollout at a time; a chunk that lands
+// meanwhile makes it read once more.
+//
+// The read logs nothing (it may outlive its caller, which a test's
+// logger does not allow) and drops the kept items on an error: the next
+// read reads the rollout whole.
+func (e *Engine) warm(ctx context.Context, id string) {
+	w := &e.warming
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st, ok := w.byID[id]; ok {
+		st.again = true
+		return
+	}
+	if w.byID == nil {
+		w.byID = map[string]*warmState{}
+	}
+	st := &warmState{}
+	w.byID[id] = st
+	w.finish.Add(1)
+	go func() {
+		defer w.finish.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmTimeout)
+		defer cancel()
+		quiet := zerolog.Nop()
+		for {
+			_, _, err := e.rolloutChunks(ctx, id, &quiet)
+			w.mu.Lock()
+			if err != nil || !st.again {
+				delete(w.byID, id)
+				w.mu.Unlock()
+				return
+			}
+			st.again = false
+			w.mu.Unlock()
+		}
+	}()
 }

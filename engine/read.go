@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/fleetwave/fleetwave"
 )
@@ -77,7 +78,7 @@ func (e *Engine) observe(ctx context.Context, shared bool, only []string) (fleet
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, 0, fmt.Errorf("read observed nodes: %w", err)
 		}
-		version, server, trusted, err := e.checkMarks(ctx, marks, runID, at)
+		version, server, trusted, err := e.checkMarks(ctx, marks, runID, at, &e.log)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -147,7 +148,7 @@ func (e *Engine) queueMarks(ctx context.Context, pipe redis.Pipeliner, zset stri
 // and whether an incremental read (c.marked) may trust mark at: not when
 // the counter went back or the server is another (Redis lost writes); the
 // caller then reads everything again.
-func (e *Engine) checkMarks(ctx context.Context, c markCmds, runID string, at obsMark) (int64, string, bool, error) {
+func (e *Engine) checkMarks(ctx context.Context, c markCmds, runID string, at obsMark, log *zerolog.Logger) (int64, string, bool, error) {
 	version, err := c.ver.Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, "", false, fmt.Errorf("read change counter: %w", err)
@@ -157,7 +158,7 @@ func (e *Engine) checkMarks(ctx context.Context, c markCmds, runID string, at ob
 		return 0, "", false, err
 	}
 	if c.marked != nil && (version < at.ver || server != at.server) {
-		e.log.Warn().Int64("version", version).Int64("last_version", at.ver).
+		log.Warn().Int64("version", version).Int64("last_version", at.ver).
 			Msg("redis lost writes (a restart, a failover or a flush): reading the kept data again")
 		return version, server, false, nil
 	}

@@ -141,7 +141,8 @@ type CreateResult struct {
 // holds every other Redis client while it runs, and one of 100,000 items
 // ran for seconds: leases failed to renew, agents' polls timed out). A
 // spec with split groups is created in one script (a group is created
-// whole or not at all).
+// whole or not at all). The items each chunk created are read into the
+// ones the Engine keeps, in the background (warm).
 func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec fleetwave.RolloutSpec) (CreateResult, error) {
 	if len(spec.Items) <= CreateChunk || hasGroups(spec.Items) {
 		return e.createChunk(ctx, fence, spec, 0)
@@ -154,6 +155,9 @@ func (e *Engine) CreateRolloutResult(ctx context.Context, fence int64, spec flee
 		r, err := e.createChunk(ctx, fence, spec, len(all)-hi)
 		if err != nil {
 			return out, err
+		}
+		if r.Rollout != "" {
+			e.warm(ctx, r.Rollout)
 		}
 		if e.afterChunk != nil {
 			e.afterChunk(hi)
