@@ -166,6 +166,11 @@ type Hub struct {
 	nodesLast             time.Time
 	nodesTook             time.Duration
 	nodesOwed, nodesForce bool
+	// nodesPerWrite is the most nodes' documents one status write builds
+	// (0: no limit), nodesAll that the next write builds all of them
+	// whatever (the last one, at shutdown).
+	nodesPerWrite int
+	nodesAll      bool
 	// partItems are the items each part of a large rollout's items was
 	// last built from (statusFiles), kept and forgotten with rendered.
 	partItems map[string][]fleetwave.Item
@@ -238,6 +243,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h := &Hub{
 		cfg: cfg, log: zerolog.Nop(),
+		nodesPerWrite: nodesPerWrite,
 		syncNow:       make(chan struct{}, 1),
 		reconcileNow:  make(chan struct{}, 1),
 		reconcileSoon: make(chan struct{}, 1),
@@ -403,7 +409,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.recordsLoads.Wait()
 	// a last status write so that what happened is in the repository,
 	// the nodes' documents included
-	h.nodesForce = true
+	h.nodesForce, h.nodesAll = true, true
 	h.statusStep(context.Background())
 	if fence := h.currentFence(); fence > 0 {
 		_ = h.eng.Resign(context.Background(), h.owner, fence)

@@ -164,7 +164,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 			ev = h.log.Warn()
 		}
 		ev.Func(lapFields(steps)).Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Bool("filling", b.filling).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
+			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Int("nodes_owed", b.nodesOwed).Bool("filling", b.filling).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
 	}
 }
 
@@ -195,8 +195,9 @@ type statusBatch struct {
 	// the parts of large rollouts' items, by path.
 	nodesBuilt, partsBuilt []string
 	// nodesLeft says the nodes' documents were left for a later write
-	// (nodesDue).
+	// (nodesDue), or nodesOwed of them (nodesPerWrite).
 	nodesLeft bool
+	nodesOwed int
 	// filling says a rollout whose items are still being created was
 	// left for a later write.
 	filling bool
@@ -216,6 +217,16 @@ const (
 	nodesSpacing    = 10
 	maxNodesSpacing = 30 * time.Second
 )
+
+// nodesPerWrite is the most nodes' documents a status write builds; the
+// others whose inputs changed keep their documents as last built, and
+// the next writes, at each interval, build the rest. At 100,000 nodes a
+// push that changed every node's drift (or a rollout that put an item on
+// every node) made one write build, commit and push 100,000 documents:
+// 6 to 10 s, the slowest writes of every run once the rollout's read
+// was out of the way, during which neither the summary nor the
+// rollout's document moved.
+const nodesPerWrite = 20_000
 
 // nodesWait is how long after the nodes' documents were last built a
 // write while a rollout runs waits before building them again (0: it
@@ -558,7 +569,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	b := statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
 		rendered: rendered, partsBuilt: partsBuilt, filling: filling}
 	if !filling && h.nodesDue(time.Now(), active) {
-		if err := h.nodeFiles(&b, snap, obs, waitingByNode, held); err != nil {
+		limit := h.nodesPerWrite
+		if h.nodesAll {
+			limit = 0
+		}
+		if err := h.nodeFiles(&b, snap, obs, waitingByNode, held, limit); err != nil {
 			return statusBatch{}, err
 		}
 	} else {
@@ -573,8 +588,11 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 // nodeFiles builds into b the documents of the nodes whose inputs changed
 // since they were last built (nodeInputs) and keeps the others': the
 // observed nodes, then those only the snapshot lists. waitingByNode and
-// held are what each node waits on and what holds its instances.
-func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.Observations, waitingByNode map[string][]status.WaitingItem, held []reconciler.Problem) error {
+// held are what each node waits on and what holds its instances. It
+// builds at most limit documents (0: all), keeping the others' as last
+// built for the next write, which then comes at the next interval
+// whatever else changed (nodesForce).
+func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.Observations, waitingByNode map[string][]status.WaitingItem, held []reconciler.Problem, limit int) error {
 	nodesStart := time.Now()
 	versions := h.history.of(nil)
 	heldByNode := map[string][]status.Held{}
@@ -592,7 +610,7 @@ func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.
 		inputs = make(map[string]*nodeInputs, len(obs))
 	}
 	var built []string
-	seen := 0
+	seen, left := 0, 0
 	// the observed nodes with their reports, then the others the
 	// snapshot lists
 	nodes := func(yield func(string, *fleetwave.Report) bool) {
@@ -651,6 +669,16 @@ func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.
 			}
 			continue
 		}
+		if limit > 0 && len(built) >= limit {
+			// left for the next write, its inputs as they were: the
+			// document as last built stays
+			left++
+			if had && last.doc != nil && last.doc.data != nil {
+				b.files[last.path] = last.doc.data
+				b.rendered = append(b.rendered, last.path)
+			}
+			continue
+		}
 		path := ""
 		if had {
 			path = last.path
@@ -702,8 +730,9 @@ func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.
 			}
 		}
 	}
-	h.nodeInputs, b.nodesBuilt = inputs, built
-	h.nodesLast, h.nodesTook, h.nodesOwed, h.nodesForce = nodesStart, time.Since(nodesStart), false, false
+	h.nodeInputs, b.nodesBuilt, b.nodesLeft, b.nodesOwed = inputs, built, left > 0, left
+	h.nodesLast, h.nodesTook = nodesStart, time.Since(nodesStart)
+	h.nodesOwed, h.nodesForce, h.nodesAll = left > 0, left > 0, false
 	return nil
 }
 

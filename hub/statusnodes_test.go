@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -312,5 +313,101 @@ func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
 	h.statusStep(ctx)
 	if got := committed("n1"); got != "4" {
 		t.Fatalf("n1's document says %q after the last write, want 4", got)
+	}
+}
+
+// TestNodeDocumentsPastTheLimitFollowInTheNextWrites: a status write
+// builds at most nodesPerWrite nodes' documents; the others keep theirs as
+// last built, and the next writes build them, one after the other at each
+// interval, although nothing else changed; then no write is owed. The
+// last write at shutdown (nodesAll) builds them all (real redis-server,
+// real mirror and remote).
+func TestNodeDocumentsPastTheLimitFollowInTheNextWrites(t *testing.T) {
+	h, clk, _ := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
+	ctx := context.Background()
+	const n, limit = 10, 4
+	h.nodesPerWrite = limit
+	nodes := map[string]*fleetwave.Node{}
+	for i := range n {
+		id := fmt.Sprintf("n%d", i)
+		nodes[id] = &fleetwave.Node{ID: id}
+	}
+	h.snapshot = &fleetwave.Snapshot{Nodes: nodes}
+	reportAll := func(version string) {
+		t.Helper()
+		clk.Advance(time.Second)
+		for id := range nodes {
+			r := fleetwave.Report{Node: id, AgentVersion: "1.0.0", SentAt: clk.Now(),
+				Instances: []fleetwave.InstanceStatus{{Block: "web", Version: version, Generation: 1}}}
+			if err := h.Report(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// how many committed node documents say each version ("" : none yet)
+	versions := func() map[string]int {
+		t.Helper()
+		tip, err := h.repo.StatusTip(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for id := range nodes {
+			data, ok, err := h.repo.StatusFile(ctx, tip, status.NodePath(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				out[""]++
+				continue
+			}
+			doc, err := status.DecodeNode(data)
+			if err != nil || len(doc.Instances) != 1 {
+				t.Fatalf("%s: %v, instances %+v", status.NodePath(id), err, doc.Instances)
+			}
+			out[doc.Instances[0].Version]++
+		}
+		return out
+	}
+	// the writes until none is owed, and what each left committed
+	settle := func() []map[string]int {
+		t.Helper()
+		var seen []map[string]int
+		for range n {
+			h.statusStep(ctx)
+			seen = append(seen, versions())
+			if !h.nodesOwed {
+				return seen
+			}
+		}
+		t.Fatalf("%d writes, nodes' documents still owed: %v", n, seen)
+		return nil
+	}
+	check := func(step string, got []map[string]int, want ...map[string]int) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the committed documents said %v after each write, want %v", step, got, want)
+		}
+	}
+
+	reportAll("1")
+	check("the first writes", settle(), map[string]int{"1": 4, "": 6}, map[string]int{"1": 8, "": 2}, map[string]int{"1": 10})
+	before, err := h.repo.StatusTip(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.statusStep(ctx)
+	if tip, _ := h.repo.StatusTip(ctx); tip != before {
+		t.Fatalf("a status commit %s with nothing changed nor owed", short(tip))
+	}
+
+	reportAll("2")
+	check("every node reported 2", settle(), map[string]int{"2": 4, "1": 6}, map[string]int{"2": 8, "1": 2}, map[string]int{"2": 10})
+
+	reportAll("3")
+	h.nodesForce, h.nodesAll = true, true // as the hub's last write at shutdown
+	h.statusStep(ctx)
+	if got := versions(); got["3"] != n || h.nodesOwed {
+		t.Fatalf("the last write left the documents saying %v (owed: %v), want all %d saying 3", got, h.nodesOwed, n)
 	}
 }
