@@ -171,6 +171,10 @@ type Hub struct {
 	// whatever (the last one, at shutdown).
 	nodesPerWrite int
 	nodesAll      bool
+	// nodesLeftOut are the nodes whose documents the last write left for
+	// a later one (nodesPerWrite), in the order they were first left: the
+	// next write builds them first, in that order.
+	nodesLeftOut []string
 	// partItems are the items each part of a large rollout's items was
 	// last built from (statusFiles), kept and forgotten with rendered.
 	partItems map[string][]fleetwave.Item

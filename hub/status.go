@@ -611,17 +611,30 @@ func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.
 	}
 	var built []string
 	seen, left := 0, 0
-	// the observed nodes with their reports, then the others the
+	// the nodes the last write left (limit) first, in the order they were
+	// first left, so that a node waits at most for the ones left before
+	// it; then the observed nodes with their reports, then the others the
 	// snapshot lists
+	var leftNow []string
+	first := make(map[string]bool, len(h.nodesLeftOut))
+	for _, id := range h.nodesLeftOut {
+		first[id] = true
+	}
+	listed := func(id string) bool { return obs[id] != nil || (snap != nil && snap.Nodes[id] != nil) }
 	nodes := func(yield func(string, *fleetwave.Report) bool) {
+		for _, id := range h.nodesLeftOut {
+			if listed(id) && !yield(id, obs[id]) {
+				return
+			}
+		}
 		for id, r := range obs {
-			if !yield(id, r) {
+			if !first[id] && !yield(id, r) {
 				return
 			}
 		}
 		if snap != nil {
 			for id := range snap.Nodes {
-				if obs[id] == nil && !yield(id, nil) {
+				if obs[id] == nil && !first[id] && !yield(id, nil) {
 					return
 				}
 			}
@@ -673,6 +686,7 @@ func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.
 			// left for the next write, its inputs as they were: the
 			// document as last built stays
 			left++
+			leftNow = append(leftNow, node)
 			if had && last.doc != nil && last.doc.data != nil {
 				b.files[last.path] = last.doc.data
 				b.rendered = append(b.rendered, last.path)
@@ -730,7 +744,7 @@ func (h *Hub) nodeFiles(b *statusBatch, snap *fleetwave.Snapshot, obs fleetwave.
 			}
 		}
 	}
-	h.nodeInputs, b.nodesBuilt, b.nodesLeft, b.nodesOwed = inputs, built, left > 0, left
+	h.nodeInputs, b.nodesBuilt, b.nodesLeft, b.nodesOwed, h.nodesLeftOut = inputs, built, left > 0, left, leftNow
 	h.nodesLast, h.nodesTook = nodesStart, time.Since(nodesStart)
 	h.nodesOwed, h.nodesForce, h.nodesAll = left > 0, left > 0, false
 	return nil

@@ -319,9 +319,9 @@ func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
 // TestNodeDocumentsPastTheLimitFollowInTheNextWrites: a status write
 // builds at most nodesPerWrite nodes' documents; the others keep theirs as
 // last built, and the next writes build them, one after the other at each
-// interval, although nothing else changed; then no write is owed. The
-// last write at shutdown (nodesAll) builds them all (real redis-server,
-// real mirror and remote).
+// interval, although nothing else changed, those left longest first; then
+// no write is owed. The last write at shutdown (nodesAll) builds them all
+// (real redis-server, real mirror and remote).
 func TestNodeDocumentsPastTheLimitFollowInTheNextWrites(t *testing.T) {
 	h, clk, _ := statusHub(t, gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"}))
 	ctx := context.Background()
@@ -404,10 +404,18 @@ func TestNodeDocumentsPastTheLimitFollowInTheNextWrites(t *testing.T) {
 	reportAll("2")
 	check("every node reported 2", settle(), map[string]int{"2": 4, "1": 6}, map[string]int{"2": 8, "1": 2}, map[string]int{"2": 10})
 
+	// every node changes again before the write that owes six: the six
+	// go first, then two of the four built at 3 (the others wait)
 	reportAll("3")
+	h.statusStep(ctx)
+	reportAll("4")
+	check("every node reported 3, then 4 before the next write", append([]map[string]int{versions()}, settle()...),
+		map[string]int{"3": 4, "2": 6}, map[string]int{"4": 4, "3": 4, "2": 2}, map[string]int{"4": 8, "3": 2}, map[string]int{"4": 10})
+
+	reportAll("5")
 	h.nodesForce, h.nodesAll = true, true // as the hub's last write at shutdown
 	h.statusStep(ctx)
-	if got := versions(); got["3"] != n || h.nodesOwed {
-		t.Fatalf("the last write left the documents saying %v (owed: %v), want all %d saying 3", got, h.nodesOwed, n)
+	if got := versions(); got["5"] != n || h.nodesOwed {
+		t.Fatalf("the last write left the documents saying %v (owed: %v), want all %d saying 5", got, h.nodesOwed, n)
 	}
 }
