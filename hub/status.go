@@ -164,7 +164,7 @@ func (h *Hub) statusStep(ctx context.Context) {
 			ev = h.log.Warn()
 		}
 		ev.Func(lapFields(steps)).Str("commit", commit).Int64("fence", fence).Str("subject", b.subject).Int("files", len(b.files)).
-			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Int("nodes_owed", b.nodesOwed).Bool("filling", b.filling).Int("parts_built", len(b.partsBuilt)).Int64("took_ms", took.Milliseconds()).Msg("status committed")
+			Int("nodes_built", len(b.nodesBuilt)).Bool("nodes_left", b.nodesLeft).Int("nodes_owed", b.nodesOwed).Bool("filling", b.filling).Int("parts_built", len(b.partsBuilt)).Int64("rollouts_read_ms", b.rolloutsRead.Milliseconds()).Int64("took_ms", took.Milliseconds()).Msg("status committed")
 	}
 }
 
@@ -201,6 +201,8 @@ type statusBatch struct {
 	// filling says a rollout whose items are still being created was
 	// left for a later write.
 	filling bool
+	// rolloutsRead is the part of the rollouts step that read their items.
+	rolloutsRead time.Duration
 }
 
 // While a rollout runs, a status write builds the nodes' documents only
@@ -359,6 +361,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	// left out, and the nodes' documents, which list the items waiting on
 	// each node, with it
 	filling := false
+	var rolloutsRead time.Duration // of the rollouts step: reading their items
 	for i := range rollouts {
 		r := rollouts[i]
 		lines = append(lines, status.RolloutLine{ID: r.ID, Status: r.Status, Reason: r.Reason, Wave: r.Wave,
@@ -383,10 +386,12 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 			filling = true
 			continue
 		}
+		readStart := time.Now()
 		_, chunks, err := h.eng.RolloutChunks(ctx, r.ID)
 		if err != nil {
 			return statusBatch{}, fmt.Errorf("rollout %s: %w", r.ID, err)
 		}
+		rolloutsRead += time.Since(readStart)
 		// the items in one slice, in a buffer kept for the next write:
 		// nothing built from it outlives this rollout's turn (partItems
 		// keeps the engine's chunks, which are never written)
@@ -567,7 +572,7 @@ func (h *Hub) statusFiles(ctx context.Context, changed map[string]bool, steps *l
 	steps.Lap("summary")
 
 	b := statusBatch{files: files, subject: subject, rollout: rolloutID, generation: generation, finished: finished, held: claimed, requests: requests, lost: lost,
-		rendered: rendered, partsBuilt: partsBuilt, filling: filling}
+		rendered: rendered, partsBuilt: partsBuilt, filling: filling, rolloutsRead: rolloutsRead}
 	if !filling && h.nodesDue(time.Now(), active) {
 		limit := h.nodesPerWrite
 		if h.nodesAll {
