@@ -248,7 +248,7 @@ func (ks *keptRollouts) drop(id string, k *keptRollout) {
 	k.n = 0
 }
 
-// warmTimeout bounds one background read of a rollout being created.
+// warmTimeout bounds each background read of a rollout being created.
 const warmTimeout = time.Minute
 
 // warming is the rollouts a background read keeps current while their
@@ -288,13 +288,14 @@ func (e *Engine) warm(ctx context.Context, id string) {
 	st := &warmState{}
 	w.byID[id] = st
 	w.finish.Add(1)
+	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer w.finish.Done()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmTimeout)
-		defer cancel()
 		quiet := zerolog.Nop()
 		for {
-			_, _, err := e.rolloutChunks(ctx, id, &quiet)
+			rctx, cancel := context.WithTimeout(ctx, warmTimeout)
+			_, _, err := e.rolloutChunks(rctx, id, &quiet)
+			cancel()
 			w.mu.Lock()
 			if err != nil || !st.again {
 				delete(w.byID, id)
