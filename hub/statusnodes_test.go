@@ -228,19 +228,11 @@ func TestNodeDocumentsWaitTheirTurnWhileARolloutRuns(t *testing.T) {
 	// the version the committed document of node says it runs
 	committed := func(node string) string {
 		t.Helper()
-		tip, err := h.repo.StatusTip(ctx)
-		if err != nil {
-			t.Fatal(err)
+		v, ok := committedVersion(t, h, node)
+		if !ok {
+			t.Fatalf("%s is not committed", status.NodePath(node))
 		}
-		data, ok, err := h.repo.StatusFile(ctx, tip, status.NodePath(node))
-		if err != nil || !ok {
-			t.Fatalf("%s at %s: %v (found %v)", status.NodePath(node), short(tip), err, ok)
-		}
-		doc, err := status.DecodeNode(data)
-		if err != nil || len(doc.Instances) != 1 {
-			t.Fatalf("%s: %v, instances %+v", status.NodePath(node), err, doc.Instances)
-		}
-		return doc.Instances[0].Version
+		return v
 	}
 	touch := func() { // something else for status to write (a sync's result)
 		h.mu.Lock()
@@ -347,25 +339,10 @@ func TestNodeDocumentsPastTheLimitFollowInTheNextWrites(t *testing.T) {
 	// how many committed node documents say each version ("" : none yet)
 	versions := func() map[string]int {
 		t.Helper()
-		tip, err := h.repo.StatusTip(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string]int{}
 		for id := range nodes {
-			data, ok, err := h.repo.StatusFile(ctx, tip, status.NodePath(id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				out[""]++
-				continue
-			}
-			doc, err := status.DecodeNode(data)
-			if err != nil || len(doc.Instances) != 1 {
-				t.Fatalf("%s: %v, instances %+v", status.NodePath(id), err, doc.Instances)
-			}
-			out[doc.Instances[0].Version]++
+			v, _ := committedVersion(t, h, id)
+			out[v]++
 		}
 		return out
 	}
@@ -418,4 +395,28 @@ func TestNodeDocumentsPastTheLimitFollowInTheNextWrites(t *testing.T) {
 	if got := versions(); got["5"] != n || h.nodesOwed {
 		t.Fatalf("the last write left the documents saying %v (owed: %v), want all %d saying 5", got, h.nodesOwed, n)
 	}
+}
+
+// committedVersion returns the version of its one instance that node's
+// document at the tip of h's status branch says, and whether the tip has
+// the document ("" when not).
+func committedVersion(t *testing.T, h *Hub, node string) (string, bool) {
+	t.Helper()
+	ctx := context.Background()
+	tip, err := h.repo.StatusTip(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, ok, err := h.repo.StatusFile(ctx, tip, status.NodePath(node))
+	if err != nil {
+		t.Fatalf("%s at %s: %v", status.NodePath(node), short(tip), err)
+	}
+	if !ok {
+		return "", false
+	}
+	doc, err := status.DecodeNode(data)
+	if err != nil || len(doc.Instances) != 1 {
+		t.Fatalf("%s: %v, instances %+v", status.NodePath(node), err, doc.Instances)
+	}
+	return doc.Instances[0].Version, true
 }
