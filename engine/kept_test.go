@@ -190,8 +190,11 @@ func TestAChunkedCreationIsReadAsItsChunksLand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Items) != n {
-			t.Fatalf("%d items created, want %d", len(res.Items), n)
+		// (not len(res.Items): on a loaded machine a chunk's script can
+		// outlast the client's read timeout, and the script sent again
+		// creates nothing new; read below counts the rollout's items)
+		if res.ID == "" {
+			t.Fatalf("no rollout created: %+v", res)
 		}
 		h.e.warming.finish.Wait()
 		// what each read asks Redis for
