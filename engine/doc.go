@@ -124,8 +124,8 @@
 //	                       -> retrying -> in_progress ...  (transient, backoff)
 //	                       -> failed                       (transient, retries exhausted)
 //	                       -> blocked                      (permanent)
-//	                       -> ambiguous -> completed | pending | blocked (one-shot)
-//	pending -> skipped                                      (superseded, cancelled)
+//	                       -> ambiguous -> completed | pending | blocked (one-shot) | skipped
+//	pending | retrying -> skipped                           (superseded, cancelled)
 //	(created) skipped                                       (ItemSpec.SkipReason)
 //
 // At most one item per block instance is active (pending, in_progress,
@@ -143,7 +143,9 @@
 // the event's later specs (nodes that reported or became eligible later)
 // join it as new items in later waves; a new generation of the same object
 // supersedes the older ones (status superseded: pending and retrying items
-// skipped, attempts in flight finish). A rollout's Budget (its BRC) bounds
+// skipped, attempts in flight finish; none of its items runs again: one
+// whose attempt fails transiently, or that a report shows not in effect
+// after its result was lost, is skipped too). A rollout's Budget (its BRC) bounds
 // the items in flight per lane over every rollout of that budget
 // (budget_cap): a wave starts at most budget_cap minus what the other
 // rollouts of the budget have in flight, so max_concurrent holds for the

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -333,6 +334,60 @@ func TestALostResultFromTheAgent(t *testing.T) {
 		}
 		if it := h.item(items[1]); it.Status != fleetwave.ItemRetrying || it.LastClass != fleetwave.ResultLost {
 			t.Fatalf("converging after lost: %s %q", it.Status, it.LastClass)
+		}
+	})
+}
+
+// TestASupersededRolloutStartsNothingAgain: what a superseded rollout had
+// in flight finishes, but never runs again: an attempt that fails
+// transiently is not retried, and an ambiguous item that a report shows
+// not in effect is not made pending (a superseded rollout starts no
+// wave, so it would wait for ever, holding its instance from every later
+// generation). Both end skipped (superseded), and the newer generation
+// then takes their instances.
+func TestASupersededRolloutStartsNothingAgain(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb, WithBackoff(time.Second, time.Second))
+		h.create(func() fleetwave.RolloutSpec {
+			s := brcSpec("web", 1, 2, "n1", "n2")
+			s.MaxRetries = 3
+			return s
+		}())
+		h.step()
+		g1 := h.pollAll(2)
+		if len(g1) != 2 {
+			t.Fatalf("generation 1 started %v, want n1 and n2", ids(g1))
+		}
+		if id, items := h.create(brcSpec("web", 2, 2, "n1", "n2")); id != "" || len(items) != 0 {
+			t.Fatalf("generation 2 created %q %v while generation 1 runs on both nodes", id, items)
+		}
+		if r, _ := h.rollout("web-g1"); r.Status != fleetwave.RolloutSuperseded {
+			t.Fatalf("generation 1 is %s, want superseded", r.Status)
+		}
+
+		h.complete(g1[0], fleetwave.ResultTransient) // n1: a failure that would be retried
+		h.clk.Advance(10 * time.Minute)              // n2: its result never comes
+		h.step()
+		if again := h.pollAll(2); len(again) != 0 {
+			t.Fatalf("the superseded rollout ran again: %v", ids(again))
+		}
+		if it := h.item(g1[1].Item); it.Status != fleetwave.ItemAmbiguous {
+			t.Fatalf("n2's item %s, want ambiguous", it.Status)
+		}
+		h.report(reportFor(t, h, "n2", []string{"web"}, func() bool { return false }))
+		for _, a := range g1 {
+			if it := h.item(a.Item); it.Status != fleetwave.ItemSkipped || it.Reason != fleetwave.ReasonSuperseded {
+				t.Fatalf("%s's item of the superseded rollout: %s %q, want skipped superseded", a.Node, it.Status, it.Reason)
+			}
+		}
+		// both instances are free: the next plan of generation 2 takes them
+		if id, items := h.create(brcSpec("web", 2, 2, "n1", "n2")); id != "web-g2" || len(items) != 2 {
+			t.Fatalf("generation 2 created %q %v, want both nodes", id, items)
+		}
+		h.step()
+		g2 := h.pollAll(2)
+		if len(g2) != 2 || g2[0].Generation != 2 || g2[1].Generation != 2 {
+			t.Fatalf("generation 2 started %v", ids(g2))
 		}
 	})
 }

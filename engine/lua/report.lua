@@ -56,6 +56,17 @@ local function journalled(item)
   end
   return journal[item] == true
 end
+
+-- ended returns the status of a rollout that runs nothing again
+-- (cancelled, superseded), or nil.
+local function ended(rid)
+  local st = redis.call('HGET', k_r(rid), 'status')
+  if st == 'cancelled' or st == 'superseded' then
+    return st
+  end
+  return nil
+end
+
 local function shows(it)
   local inst = seen[it.block]
   if it.op == '1' then
@@ -94,8 +105,10 @@ for _, id in ipairs(amb) do
       -- the agent said success, yet neither its result nor a later report
       -- shows the target: a human must look (never run again blindly)
       completed = completed + finish(it, 'blocked', 'report_mismatch')
-    elseif redis.call('HGET', k_r(it.rollout), 'status') == 'cancelled' then
-      completed = completed + finish(it, 'skipped', 'cancelled')
+    elseif ended(it.rollout) then
+      -- a cancelled or superseded rollout runs nothing again (and starts
+      -- no wave: made pending, the item would wait for ever)
+      completed = completed + finish(it, 'skipped', ended(it.rollout))
     elseif it.one_shot == '1' and journalled(id) then
       completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
     else

@@ -78,7 +78,8 @@ end
 
 -- 2. retrying items whose backoff passed get a new attempt in their wave,
 -- once one of their maintenance windows is open; a paused rollout holds
--- them (resume puts them back), a cancelled one skips them.
+-- them (resume puts them back), a cancelled or superseded one skips them
+-- (what it had in flight finishes; nothing of it runs again).
 local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', now_s(), 'LIMIT', 0, LIMIT)
 for _, id in ipairs(ready) do
   local it = load_item(id)
@@ -86,8 +87,8 @@ for _, id in ipairs(ready) do
     redis.call('ZREM', P .. 'retry', id)
   else
     local rs = redis.call('HGET', k_r(it.rollout), 'status')
-    if rs == 'cancelled' then
-      completed = completed + finish(it, 'skipped', 'cancelled')
+    if rs == 'cancelled' or rs == 'superseded' then
+      completed = completed + finish(it, 'skipped', rs)
       WV.touched = WV.touched + 1
     elseif rs == 'paused' then
       redis.call('ZREM', P .. 'retry', id)
