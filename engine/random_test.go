@@ -24,15 +24,16 @@ func TestRandomized(t *testing.T) {
 	for _, seed := range []int64{1, 2} {
 		t.Run(fmt.Sprintf("seed %d keeps every invariant", seed), func(t *testing.T) {
 			backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-				randomRun(t, rdb, seed, 200)
+				randomRun(t, rdb, seed, 200, false)
 			})
 		})
 	}
 }
 
-func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
+func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, resent bool) {
 	rng := rand.New(rand.NewSource(seed))
 	h := newHarness(t, rdb, WithBackoff(5*time.Second, 40*time.Second), WithRand(rand.New(rand.NewSource(seed))))
+	h.resent = resent
 	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
 	blocks := []string{"a", "b"}
 	created := map[string]bool{} // item ids
@@ -178,6 +179,9 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 			h.report(reportFor(t, h, n, blocks, func() bool { return true }))
 		}
 	}
+	if resent {
+		settleCreated(t, h, created)
+	}
 	c, err := h.e.Counters(h.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -196,15 +200,18 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 			seen++
 		}
 	}
+	if seen != len(created) {
+		t.Fatalf("rollouts hold %d items, %d were created", seen, len(created))
+	}
+	if resent {
+		return // its path differs from run to run (see sentTwice)
+	}
 	for _, st := range []fleetwave.ItemStatus{fleetwave.ItemPending, fleetwave.ItemInProgress,
 		fleetwave.ItemRetrying, fleetwave.ItemAmbiguous, fleetwave.ItemCompleted, fleetwave.ItemFailed,
 		fleetwave.ItemBlocked, fleetwave.ItemSkipped} {
 		if !h.seen[st] {
 			t.Errorf("the run never reached status %s: widen it", st)
 		}
-	}
-	if seen != len(created) {
-		t.Fatalf("rollouts hold %d items, %d were created", seen, len(created))
 	}
 	for _, r := range []string{fleetwave.ReasonInstanceBusy, fleetwave.ReasonNodeDraining, fleetwave.ReasonSuperseded} {
 		if !h.seenReason[r] {
@@ -255,7 +262,7 @@ func reportFor(t *testing.T, h *harness, node string, blocks []string, show func
 func TestRandomizedLeaders(t *testing.T) {
 	for _, seed := range []int64{4, 5, 6} {
 		t.Run(fmt.Sprintf("seed %d keeps every invariant", seed), func(t *testing.T) {
-			leaderRun(t, redistest.Start(t).Client(t), seed, 300)
+			leaderRun(t, redistest.Start(t).Client(t), seed, 300, false)
 		})
 	}
 }
@@ -267,9 +274,10 @@ type contender struct {
 	fence int64
 }
 
-func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
+func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, resent bool) {
 	rng := rand.New(rand.NewSource(seed))
 	h := newHarness(t, rdb, WithBackoff(5*time.Second, 40*time.Second), WithRand(rand.New(rand.NewSource(seed))))
+	h.resent = resent
 	const ttl = 30 * time.Second
 	build := func() *Engine {
 		e := New(rdb, WithClock(h.clk), WithPrefix("test"), WithBackoff(5*time.Second, 40*time.Second),
@@ -401,6 +409,9 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 			}) && id != "" {
 				rollouts = append(rollouts, id)
 			}
+			if resent { // the answer naming the rollout may have been dropped
+				rollouts = rolloutIDs(t, h)
+			}
 			for _, it := range items {
 				if created[it] {
 					t.Fatalf("item id %s handed out twice", it)
@@ -507,7 +518,8 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 			case fleetwave.RolloutCompleted, fleetwave.RolloutCancelled:
 				continue
 			case fleetwave.RolloutPaused, fleetwave.RolloutBlocked:
-				if err := lead.e.SetRolloutState(h.ctx, lead.fence, r.ID, ActionResume, "drain"); err != nil {
+				err := lead.e.SetRolloutState(h.ctx, lead.fence, r.ID, ActionResume, "drain")
+				if err != nil && !(resent && errors.Is(err, ErrInvalidState)) { // resumed by a dropped answer's sending
 					t.Fatal(err)
 				}
 			}
@@ -530,7 +542,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 				t.Fatal(err)
 			}
 			for _, a := range as {
-				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil {
+				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil && !(resent && errors.Is(err, ErrStaleAttempt)) {
 					t.Fatal(err)
 				}
 			}
@@ -539,6 +551,9 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 			}
 			audit(0, n)
 		}
+	}
+	if resent {
+		rollouts = settleCreated(t, h, created)
 	}
 	seen := 0
 	for _, rid := range rollouts {
@@ -561,7 +576,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int) {
 		t.Fatalf("weak run: %d fenced calls accepted, %d refused, %d attempts", accepted, refused, len(attemptFence))
 	}
 	for _, st := range []fleetwave.ItemStatus{fleetwave.ItemAmbiguous, fleetwave.ItemRetrying, fleetwave.ItemSkipped, fleetwave.ItemBlocked} {
-		if !h.seen[st] {
+		if !h.seen[st] && !resent { // a resent run's path differs from run to run (see sentTwice)
 			t.Errorf("the run never reached status %s: widen it", st)
 		}
 	}

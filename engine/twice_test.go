@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"context"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
+)
+
+// The hub's Redis clients send a command again when its reply does not
+// come within their read timeout (go-redis retries a timeout, up to
+// MaxRetries), and a script is no exception: on a loaded Redis a script
+// that ran, but whose reply came late, runs a second time, and the caller
+// gets the second reply only. Callers do the same at their level (an agent
+// posts a result again after a lost answer). Every script must therefore
+// keep every invariant when it is sent twice with its first reply lost.
+
+// sentTwice is a go-redis hook that sends one script in three twice and
+// drops the first reply, as the client does after a read timeout. Which
+// ones are drawn in the order they are sent, and the Engine's delivery
+// goroutine sends some of them: a run's path differs from run to run.
+type sentTwice struct {
+	mu  sync.Mutex
+	rnd *rand.Rand
+	n   int // scripts sent twice
+}
+
+// again says whether to send this script twice.
+func (h *sentTwice) again() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rnd.Intn(3) == 0 {
+		h.n++
+		return true
+	}
+	return false
+}
+
+func isScript(cmd redis.Cmder) bool {
+	n := strings.ToLower(cmd.Name())
+	return n == "evalsha" || n == "eval"
+}
+
+func (h *sentTwice) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *sentTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd) && h.again() {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook sends a pipeline holding a script twice, whole, as
+// the client sends a pipeline again.
+func (h *sentTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if isScript(c) {
+				if h.again() {
+					if err := next(ctx, cmds); err != nil {
+						return err
+					}
+				}
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRandomizedScriptsSentTwice is TestRandomized with scripts sent
+// twice: the same invariants after every operation (in flight within
+// max_concurrent, one active item per instance, counters exact, every
+// item where its status says), a replayed result never applied twice,
+// and every rollout finished after the drain. A result whose first
+// sending was applied is refused as stale the second time, as the agent
+// expects (it drops it); a creation whose answer was lost answers with
+// what the second sending created (nothing).
+func TestRandomizedScriptsSentTwice(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		hook := &sentTwice{rnd: rand.New(rand.NewSource(1))}
+		rdb.AddHook(hook)
+		randomRun(t, rdb, 1, 200, true)
+		if hook.n == 0 {
+			t.Fatal("no script was sent twice")
+		}
+		t.Logf("%d scripts sent twice", hook.n)
+	})
+}
+
+// TestRandomizedLeadersScriptsSentTwice is TestRandomizedLeaders with
+// scripts sent twice, campaigns and renewals included: a call under a
+// deposed fence is refused, every attempt carries the fence of the
+// leader whose Step (or result) made it, and an ambiguous item leaves
+// that state only through a report of its node.
+func TestRandomizedLeadersScriptsSentTwice(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	hook := &sentTwice{rnd: rand.New(rand.NewSource(4))}
+	c.AddHook(hook)
+	leaderRun(t, c, 4, 300, true)
+	if hook.n == 0 {
+		t.Fatal("no script was sent twice")
+	}
+	t.Logf("%d scripts sent twice", hook.n)
+}
+
+// settleCreated is for a run whose scripts were sent twice: a creation
+// whose first sending's answer was dropped answers with the second's,
+// which found the items there and created nothing. It checks that every
+// item an answer named is in a rollout, adds the others to created, and
+// returns every rollout's id.
+func settleCreated(t *testing.T, h *harness, created map[string]bool) []string {
+	t.Helper()
+	ids := rolloutIDs(t, h)
+	held := map[string]bool{}
+	for _, id := range ids {
+		_, items := h.rollout(id)
+		for _, it := range items {
+			held[it.ID] = true
+		}
+	}
+	for id := range created {
+		if !held[id] {
+			t.Fatalf("item %s was named created and is in no rollout", id)
+		}
+	}
+	lost := 0
+	for id := range held {
+		if !created[id] {
+			created[id] = true
+			lost++
+		}
+	}
+	t.Logf("%d items created by a sending whose answer was dropped", lost)
+	return ids
+}
+
+// rolloutIDs lists every rollout's id, in the engine's order.
+func rolloutIDs(t *testing.T, h *harness) []string {
+	t.Helper()
+	rs, err := h.e.Rollouts(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(rs))
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
