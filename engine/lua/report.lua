@@ -99,16 +99,17 @@ for _, id in ipairs(amb) do
     -- after it became ambiguous: before, its attempt may still reach the
     -- agent)
     resolved = resolved + 1
+    local over = ended(it.rollout)
     if shows(it) then
       completed = completed + finish(it, 'completed', '')
     elseif it.last_class == 'success' then
       -- the agent said success, yet neither its result nor a later report
       -- shows the target: a human must look (never run again blindly)
       completed = completed + finish(it, 'blocked', 'report_mismatch')
-    elseif ended(it.rollout) then
+    elseif over then
       -- a cancelled or superseded rollout runs nothing again (and starts
       -- no wave: made pending, the item would wait for ever)
-      completed = completed + finish(it, 'skipped', ended(it.rollout))
+      completed = completed + finish(it, 'skipped', over)
     elseif it.one_shot == '1' and journalled(id) then
       completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
     else
