@@ -41,6 +41,22 @@ func (h *sentTwice) again() bool {
 	return false
 }
 
+// sendTwice makes rdb send one script in three twice, drawn from seed.
+func sendTwice(rdb redis.UniversalClient, seed int64) *sentTwice {
+	h := &sentTwice{rnd: rand.New(rand.NewSource(seed))}
+	rdb.AddHook(h)
+	return h
+}
+
+// check fails a run that sent no script twice and logs how many it sent.
+func (h *sentTwice) check(t *testing.T) {
+	t.Helper()
+	if h.n == 0 {
+		t.Fatal("no script was sent twice")
+	}
+	t.Logf("%d scripts sent twice", h.n)
+}
+
 func isScript(cmd redis.Cmder) bool {
 	n := strings.ToLower(cmd.Name())
 	return n == "evalsha" || n == "eval"
@@ -87,13 +103,9 @@ func (h *sentTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // what the second sending created (nothing).
 func TestRandomizedScriptsSentTwice(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		hook := &sentTwice{rnd: rand.New(rand.NewSource(1))}
-		rdb.AddHook(hook)
+		hook := sendTwice(rdb, 1)
 		randomRun(t, rdb, 1, 200, true)
-		if hook.n == 0 {
-			t.Fatal("no script was sent twice")
-		}
-		t.Logf("%d scripts sent twice", hook.n)
+		hook.check(t)
 	})
 }
 
@@ -104,13 +116,9 @@ func TestRandomizedScriptsSentTwice(t *testing.T) {
 // that state only through a report of its node.
 func TestRandomizedLeadersScriptsSentTwice(t *testing.T) {
 	c := redistest.Start(t).Client(t)
-	hook := &sentTwice{rnd: rand.New(rand.NewSource(4))}
-	c.AddHook(hook)
+	hook := sendTwice(c, 4)
 	leaderRun(t, c, 4, 300, true)
-	if hook.n == 0 {
-		t.Fatal("no script was sent twice")
-	}
-	t.Logf("%d scripts sent twice", hook.n)
+	hook.check(t)
 }
 
 // settleCreated is for a run whose scripts were sent twice: a creation
