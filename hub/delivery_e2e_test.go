@@ -44,19 +44,7 @@ actions: {
 	cfgPath := childHubConfig(t, dir, remote, "unix://"+srv.Addr, addr, "agents: {tokens: {n1: "+hub.HashToken("token-n1")+"}}\n")
 	first, firstLog := startHubChild(t, cfgPath, "attempts_popped")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Config{HubURL: "http://" + addr, Node: "n1", Token: "token-n1",
-			StateDir: filepath.Join(dir, "n1"), PollWait: time.Second, ReportInterval: 5 * time.Second,
-			Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", "n1").Logger()})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
+	runAgent(t, addr, "n1", filepath.Join(dir, "n1"), 5*time.Second)
 	waitUntil(t, "the hub dies with the attempt taken", func() bool { return strings.Contains(firstLog.String(), "crash at attempts_popped") })
 	_, _ = first.Process.Wait()
 	_, log := startHubChild(t, cfgPath, "")
@@ -92,4 +80,23 @@ actions: {
 	if b, _ := os.ReadFile(filepath.Join(dir, "n1", "blocks", "web", "runs")); string(b) != "run\n" {
 		t.Fatalf("n1 ran %q, want one install", b)
 	}
+}
+
+// runAgent runs node's agent (token "token-<node>") against the hub at
+// addr until the test ends, then checks that it stopped without error.
+func runAgent(t *testing.T, addr, node, stateDir string, reportInterval time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Config{HubURL: "http://" + addr, Node: node, Token: "token-" + node,
+			StateDir: stateDir, PollWait: time.Second, ReportInterval: reportInterval,
+			Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", node).Logger()})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent %s: %v", node, err)
+		}
+	})
 }

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/fleetwave/fleetwave"
-	"github.com/fleetwave/fleetwave/agent"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/hub"
 	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
@@ -47,20 +44,8 @@ fi`
 	cfgPath := childHubConfig(t, dir, remote, "unix://"+srv.Addr, addr, "agents: {tokens: {n1: "+hub.HashToken("token-n1")+"}}\n")
 	startHubChild(t, cfgPath, "")
 
-	ctx, cancel := context.WithCancel(context.Background())
 	stateDir := filepath.Join(dir, "n1")
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Config{HubURL: "http://" + addr, Node: "n1", Token: "token-n1",
-			StateDir: stateDir, PollWait: time.Second, ReportInterval: 2 * time.Second,
-			Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", "n1").Logger()})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
+	runAgent(t, addr, "n1", stateDir, 2*time.Second)
 	blockDir := filepath.Join(stateDir, "blocks", "web")
 	runs := func() string { b, _ := os.ReadFile(filepath.Join(blockDir, "runs")); return string(b) }
 
