@@ -478,6 +478,7 @@ func TestDeadlines(t *testing.T) {
 			sentOffset time.Duration // report SentAt relative to the dispatch
 			show       bool          // the report shows the instance at the target
 			journal    bool          // the report journals the attempt
+			ended      string        // before the report, the rollout is cancelled or superseded
 			want       fleetwave.ItemStatus
 			wantReason string
 		}{
@@ -487,6 +488,10 @@ func TestDeadlines(t *testing.T) {
 			{name: "a one-shot action not shown that the agent journalled is blocked, never replayed", oneShot: true, journal: true, sentOffset: time.Minute, want: fleetwave.ItemBlocked, wantReason: "ambiguous_one_shot"},
 			{name: "a one-shot action the agent never journalled waits for a report sent after it became ambiguous", oneShot: true, sentOffset: time.Minute, want: fleetwave.ItemAmbiguous, wantReason: fleetwave.ReasonAwaitingReport},
 			{name: "a one-shot action a later report does not journal never ran: pending again", oneShot: true, sentOffset: 2 * time.Minute, want: fleetwave.ItemPending},
+			{name: "an item of a cancelled rollout a newer report does not show is skipped, not sent again", sentOffset: time.Minute, ended: "cancelled", want: fleetwave.ItemSkipped, wantReason: "cancelled"},
+			{name: "an item of a superseded rollout a newer report does not show is skipped, not left pending", sentOffset: time.Minute, ended: "superseded", want: fleetwave.ItemSkipped, wantReason: fleetwave.ReasonSuperseded},
+			{name: "a one-shot action of a cancelled rollout that the agent journalled is blocked: it may have run", oneShot: true, journal: true, sentOffset: time.Minute, ended: "cancelled", want: fleetwave.ItemBlocked, wantReason: "ambiguous_one_shot"},
+			{name: "a one-shot action of a superseded rollout that the agent journalled is blocked: it may have run", oneShot: true, journal: true, sentOffset: time.Minute, ended: "superseded", want: fleetwave.ItemBlocked, wantReason: "ambiguous_one_shot"},
 		}
 		for i, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -508,6 +513,19 @@ func TestDeadlines(t *testing.T) {
 				}
 				if res := h.step(); res.Dispatched != 0 {
 					t.Fatalf("an ambiguous item was dispatched again")
+				}
+				switch tt.ended {
+				case "cancelled":
+					if err := h.e.SetRolloutState(h.ctx, h.fence, id, ActionCancel, "alice"); err != nil {
+						t.Fatal(err)
+					}
+				case "superseded":
+					next := spec("web-g8", 1, "web", 8, 1, 3)
+					next.Source.Object, next.Supersede = s.Source.Object, true
+					h.create(next)
+				}
+				if r, _ := h.rollout(id); tt.ended != "" && string(r.Status) != tt.ended {
+					t.Fatalf("rollout %s, want %s", r.Status, tt.ended)
 				}
 				in := fleetwave.InstanceStatus{Block: "web", Version: "v6", ConfigHash: "hash-web-6", Generation: 6}
 				if tt.show {

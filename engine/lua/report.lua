@@ -106,12 +106,13 @@ for _, id in ipairs(amb) do
       -- the agent said success, yet neither its result nor a later report
       -- shows the target: a human must look (never run again blindly)
       completed = completed + finish(it, 'blocked', 'report_mismatch')
+    elseif it.one_shot == '1' and journalled(id) then
+      -- it may have run: a human must look, whatever became of its rollout
+      completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
     elseif over then
       -- a cancelled or superseded rollout runs nothing again (and starts
       -- no wave: made pending, the item would wait for ever)
       completed = completed + finish(it, 'skipped', over)
-    elseif it.one_shot == '1' and journalled(id) then
-      completed = completed + finish(it, 'blocked', 'ambiguous_one_shot')
     else
       -- the target is not in effect, and a one-shot action never reached
       -- the agent (a report sent after the item became ambiguous does not
