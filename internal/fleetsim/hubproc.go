@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -103,7 +104,25 @@ type hubSettings struct {
 // run asks for its mutex profile: one contention sampled in ten.
 const mutexProfileFraction = 10
 
+// errPortTaken: a port the hub was given was bound by somebody else
+// before the hub bound it (another process, a connection's local port).
+var errPortTaken = errors.New("a port of the hub was taken before it bound it")
+
+// startHub starts a hub and waits until it is ready and its debug
+// listener answers. A hub that found one of its ports taken is started
+// again on fresh ones (at most freeport.StartTries times), in the same
+// directory.
 func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]string, set hubSettings, timeout time.Duration, logLevel string) (*hubProc, error) {
+	for try := 1; ; try++ {
+		h, err := startHubOnce(ctx, bin, dir, remote, tokens, set, timeout, logLevel)
+		if errors.Is(err, errPortTaken) && try < freeport.StartTries {
+			continue
+		}
+		return h, err
+	}
+}
+
+func startHubOnce(ctx context.Context, bin, dir, remote string, tokens map[string]string, set hubSettings, timeout time.Duration, logLevel string) (*hubProc, error) {
 	port, err := freeport.Take()
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
@@ -169,11 +188,18 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if err := h.awaitDebug(ctx, deadline); err != nil {
+					h.stop()
+					return nil, err
+				}
 				return h, nil
 			}
 		}
 		select {
 		case <-h.done:
+			if freeport.Taken(tail(logPath, 20)) {
+				return nil, errPortTaken
+			}
 			return nil, fmt.Errorf("hub exited before it was ready; its log %s ends:\n%s", logPath, tail(logPath, 20))
 		case <-ctx.Done():
 			h.stop()
@@ -183,6 +209,36 @@ func startHub(ctx context.Context, bin, dir, remote string, tokens map[string]st
 		if time.Now().After(deadline) {
 			h.stop()
 			return nil, fmt.Errorf("hub not ready after %v; its log %s ends:\n%s", timeout, logPath, tail(logPath, 20))
+		}
+	}
+}
+
+// awaitDebug waits until the hub's debug listener answers: the hub opens
+// it beside its main listener, and a loaded machine can answer /readyz
+// first. A hub that could not open it (its port taken) runs on without
+// it and says so in its log.
+func (h *hubProc) awaitDebug(ctx context.Context, deadline time.Time) error {
+	for {
+		resp, err := http.Get(h.debugURL + "/debug/pprof/")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if b, _ := os.ReadFile(h.log); bytes.Contains(b, []byte("debug listener not opened")) {
+			if freeport.Taken(string(b)) {
+				return errPortTaken
+			}
+			return fmt.Errorf("the hub's debug listener is not open; its log %s ends:\n%s", h.log, tail(h.log, 20))
+		}
+		select {
+		case <-h.done:
+			return fmt.Errorf("hub exited; its log %s ends:\n%s", h.log, tail(h.log, 20))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the hub's debug listener %s does not answer: %v", h.debugURL, err)
 		}
 	}
 }
