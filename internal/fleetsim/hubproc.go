@@ -184,23 +184,28 @@ func startHubOnce(ctx context.Context, bin, dir, remote string, tokens map[strin
 	go func() { _ = cmd.Wait(); close(h.done) }()
 	deadline := time.Now().Add(timeout)
 	for {
-		resp, err := http.Get(h.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				if err := h.awaitDebug(ctx, deadline); err != nil {
-					h.stop()
-					return nil, err
-				}
+		// the debug listener opens beside the main one, and a loaded
+		// machine can answer /readyz first; a hub that could not open it
+		// (its port taken) runs on without it and says so in its log
+		if answers(h.url + "/readyz") {
+			if answers(h.debugURL + "/debug/pprof/") {
 				return h, nil
+			}
+			if b, _ := os.ReadFile(logPath); bytes.Contains(b, []byte("debug listener not opened")) {
+				h.stop()
+				if freeport.Taken(string(b)) {
+					return nil, errPortTaken
+				}
+				return nil, fmt.Errorf("the hub's debug listener is not open; its log %s ends:\n%s", logPath, tail(logPath, 20))
 			}
 		}
 		select {
 		case <-h.done:
-			if freeport.Taken(tail(logPath, 20)) {
+			end := tail(logPath, 20)
+			if freeport.Taken(end) {
 				return nil, errPortTaken
 			}
-			return nil, fmt.Errorf("hub exited before it was ready; its log %s ends:\n%s", logPath, tail(logPath, 20))
+			return nil, fmt.Errorf("hub exited before it was ready; its log %s ends:\n%s", logPath, end)
 		case <-ctx.Done():
 			h.stop()
 			return nil, ctx.Err()
@@ -208,39 +213,19 @@ func startHubOnce(ctx context.Context, bin, dir, remote string, tokens map[strin
 		}
 		if time.Now().After(deadline) {
 			h.stop()
-			return nil, fmt.Errorf("hub not ready after %v; its log %s ends:\n%s", timeout, logPath, tail(logPath, 20))
+			return nil, fmt.Errorf("hub not ready (or its debug listener not answering) after %v; its log %s ends:\n%s", timeout, logPath, tail(logPath, 20))
 		}
 	}
 }
 
-// awaitDebug waits until the hub's debug listener answers: the hub opens
-// it beside its main listener, and a loaded machine can answer /readyz
-// first. A hub that could not open it (its port taken) runs on without
-// it and says so in its log.
-func (h *hubProc) awaitDebug(ctx context.Context, deadline time.Time) error {
-	for {
-		resp, err := http.Get(h.debugURL + "/debug/pprof/")
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if b, _ := os.ReadFile(h.log); bytes.Contains(b, []byte("debug listener not opened")) {
-			if freeport.Taken(string(b)) {
-				return errPortTaken
-			}
-			return fmt.Errorf("the hub's debug listener is not open; its log %s ends:\n%s", h.log, tail(h.log, 20))
-		}
-		select {
-		case <-h.done:
-			return fmt.Errorf("hub exited; its log %s ends:\n%s", h.log, tail(h.log, 20))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the hub's debug listener %s does not answer: %v", h.debugURL, err)
-		}
+// answers says whether url answers 200.
+func answers(url string) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
 	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func (h *hubProc) pid() int { return h.cmd.Process.Pid }
