@@ -48,10 +48,11 @@ func onMain(o clusterOpts) clusterOpts {
 }
 
 // mixedURL is the short variant's first run: two replicas on the suite's
-// Redis, status commits on main, every fault but the Redis wipe.
+// Redis, status commits on main, every fault but the Redis wipe (a Redis
+// answering late among them).
 func mixedURL() scenario {
 	return scenario{name: "mixed-url", opts: onMain(baseOpts("url", 2, 12)), phase: 12 * time.Second, pushes: 5, requests: 1, agentKillsFirst: true,
-		faults: []string{faultHubKill, faultHubStop, faultRedisKill, faultAgentKill, faultRemoteDown, faultDupHub}}
+		faults: []string{faultHubKill, faultHubStop, faultRedisKill, faultAgentKill, faultRemoteDown, faultDupHub, faultRedisSlow}}
 }
 
 // mixedManaged is the managed-Redis mix: one hub supervising its
@@ -115,6 +116,8 @@ func longScenarios() []scenario {
 			faults: []string{faultRedisKill, faultRedisKill, faultRedisKill}},
 		{name: "redis-wipe-url", opts: onMain(baseOpts("url", 2, 16)), phase: 16 * time.Second, pushes: 4, requests: 1,
 			faults: []string{faultRedisWipe, faultRedisKill}},
+		{name: "redis-slow-url", opts: baseOpts("url", 2, 16), phase: 16 * time.Second, pushes: 4, requests: 1,
+			faults: []string{faultRedisSlow, faultRedisSlow, faultRedisSlow}},
 		{name: "redis-kill-managed", opts: baseOpts("managed", 1, 16), phase: 16 * time.Second, pushes: 4, requests: 1,
 			faults: []string{faultRedisKill, faultRedisKill, faultRedisWipe}},
 		{name: "agent-kill", opts: baseOpts("url", 1, 16), phase: 16 * time.Second, pushes: 4, requests: 2,

@@ -633,7 +633,9 @@ func (g graph) isAncestor(a, b string) bool {
 //     (its lost attempt's instance) started after its restart, else the
 //     first command its node started (n/a when it had no more work);
 //   - the remote away: the first status commit after it is back (measured
-//     as it happened).
+//     as it happened);
+//   - Redis answering late: the first command started after it answers in
+//     time again.
 func (c *cluster) recoveries(r *checkResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -664,6 +666,10 @@ func (c *cluster) recoveries(r *checkResult) {
 					continue
 				}
 			case faultDupHub:
+			case faultRedisSlow:
+				if !s.start.After(f.restored) {
+					continue
+				}
 			default:
 				if r.fences[s.attempt] <= f.fenceBefore {
 					continue

@@ -96,6 +96,7 @@ type cluster struct {
 	nodes  []string
 
 	redis    *redisInst          // url mode
+	proxy    *slowProxy          // url mode: the hubs reach redis through it (redis-slow)
 	sentinel *redistest.Sentinel // sentinel mode
 	rcluster *redistest.Cluster  // cluster mode
 	// secrets are the password files hub.yaml names (sentinel and
@@ -236,6 +237,9 @@ func newCluster(t *testing.T, name string, o clusterOpts, seed int64) *cluster {
 			t.Fatal(err)
 		}
 		if err := c.startRedis(); err != nil {
+			t.Fatal(err)
+		}
+		if c.proxy, err = startSlowProxy(filepath.Join(c.redis.dir, "proxy.sock"), c.redis.sock, seed); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -419,8 +423,8 @@ func (c *cluster) addHub(key, hubID string) (*hubInst, error) {
 func (c *cluster) writeHubConfig(h *hubInst) error {
 	redisYAML := "redis: managed\n"
 	switch {
-	case c.redis != nil:
-		redisYAML = fmt.Sprintf("redis: %q\n", "unix://"+c.redis.sock)
+	case c.proxy != nil:
+		redisYAML = fmt.Sprintf("redis: %q\n", "unix://"+c.proxy.ln.Addr().String())
 	case c.sentinel != nil:
 		redisYAML = fmt.Sprintf("redis:\n  sentinel:\n    master: %s\n    addrs: [%s]\n    password_file: %q\n    sentinel_password_file: %q\n",
 			c.sentinel.Master, strings.Join(c.sentinel.Addrs, ", "), c.dataPassFile, c.sentinelPassFile)
@@ -852,6 +856,9 @@ func counterProblems(what string, k fleetwave.Counters) []string {
 // backstop) and the commands of the agents.
 func (c *cluster) teardown() {
 	c.stopSamplers()
+	if c.proxy != nil {
+		c.proxy.close()
+	}
 	c.mu.Lock()
 	hubs := append(append([]*hubInst(nil), c.hubs...), c.retired...)
 	agents := make([]*agentInst, 0, len(c.agents))

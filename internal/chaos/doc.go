@@ -29,8 +29,12 @@
 // redis-server (restarted on its AOF) and the loss of its data, agents
 // SIGKILLed mid-action with their commands and restarted on their state
 // dir, the remote renamed away for seconds, human pushes racing the status
-// commits (status on main, or on its own branch), and a second process with
-// an existing hub id and another data dir; on Sentinel and Cluster only,
+// commits (status on main, or on its own branch), a second process with
+// an existing hub id and another data dir, and a Redis that answers late
+// (redis-slow, url mode: the hubs reach redis-server through a proxy that,
+// for a few seconds, holds one script's reply in three past the hubs'
+// read timeout, so their client sends the script again while its first
+// sending ran all the same); on Sentinel and Cluster only,
 // SIGKILL of the primary holding the engine's keys (primary-kill: the
 // replica is promoted, the killed server stays down, so the rest of the run
 // has no replica), and primary-kill-lossy, the same kill after the replica

@@ -21,6 +21,7 @@ const (
 	faultRedisWipe  = "redis-wipe"  // redis-server loses everything (data deleted / FLUSHALL) and restarts
 	faultAgentKill  = "agent-kill"  // SIGKILL of an agent mid-action (with its commands), restarted on its state dir
 	faultRemoteDown = "remote-down" // the git remote is renamed away for a few seconds
+	faultRedisSlow  = "redis-slow"  // for a few seconds one script in three is answered past the hubs' read timeout (url mode)
 	faultDupHub     = "dup-hub"     // a second process with an existing hub id and another data dir
 	// faultPrimaryKill is the SIGKILL of the Redis primary holding the
 	// engine's keys (sentinel and cluster modes): its replica is promoted,
@@ -74,6 +75,8 @@ func (c *cluster) inject(kind string) error {
 		err = c.agentKill(f)
 	case faultRemoteDown:
 		err = c.remoteOutage(f)
+	case faultRedisSlow:
+		err = c.redisSlow(f)
 	case faultDupHub:
 		err = c.dupHub(f)
 	case faultPrimaryKill, faultPrimaryKillLossy:
