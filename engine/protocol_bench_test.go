@@ -169,7 +169,7 @@ func timed(b *testing.B, rdb redis.UniversalClient, cost *redisCost, work func()
 
 // benchRedis starts the server of a script benchmark and returns its
 // client. Under callgrind Redis runs some 50 times slower: a script of
-// 2,000 items then outlasts the client's default 3 s read timeout.
+// 2,000 items then outlasts the client's default 5 s read timeout.
 func benchRedis(b *testing.B) *redis.Client {
 	b.Helper()
 	srv := redistest.Start(b)
