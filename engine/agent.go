@@ -142,11 +142,19 @@ func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64)
 		return popped{}, err
 	}
 	defer release()
-	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered})...)
+	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered, Token: e.popToken()})...)
 	if err != nil {
 		return popped{}, err
 	}
 	return poppedOf(v), nil
+}
+
+// popToken names one pop: unique to this Engine (whatever other hubs pop
+// for the same node), and the same when the Redis client sends that pop
+// again after its answer was late or lost (pop.lua then answers what the
+// first sending popped).
+func (e *Engine) popToken() string {
+	return e.popID + "." + strconv.FormatUint(e.pops.Add(1), 36)
 }
 
 // poppedOf reads pop.lua's reply past its status word: the first entry's

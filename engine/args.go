@@ -342,9 +342,11 @@ type undeliverArgs struct {
 }
 
 // popArgs: pop.lua (a poll takes up to Max attempts of Node's queue; its
-// agent holds the deliveries up to Delivered).
+// agent holds the deliveries up to Delivered; Token names this pop, so
+// that the same pop sent again answers what it popped the first time).
 type popArgs struct {
 	Node      string `arg:"node"`
 	Max       int    `arg:"max"`
 	Delivered int64  `arg:"delivered"`
+	Token     string `arg:"token"`
 }

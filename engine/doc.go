@@ -93,6 +93,11 @@
 //	ip:<item>              the item's attempt template: fields and payload (command, rendered config with
 //	                       credentials sealed by the hub), until the item ends
 //	q:<node>               list of the attempts queued for the node, each "<attempt id>\n<fence>\n<deadline>\n<template>"
+//	dseq:<node>            the node's delivery counter (the number of its last attempt popped)
+//	dlv:<node>             zset delivery number -> attempt id, popped and not yet said received (Resume)
+//	plast:<node>           the node's last pop that found work, for a minute: "<token>\n", then the first
+//	                       delivery number and each entry popped, each after a NUL (the same pop sent again
+//	                       answers it)
 //	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
 //	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	randv2 "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,6 +177,9 @@ type Engine struct {
 
 	cq  completions // results waiting to be committed together (Complete)
 	mux mux         // Polls waiting for their queue (deliver.go)
+	// popID and pops make each pop's token (popToken)
+	popID string
+	pops  atomic.Uint64
 
 	// agentSlots holds a token per call to Redis made on an agent's
 	// behalf (WithAgentCalls); nil: no bound.
@@ -269,6 +273,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		scripts: map[string]*redis.Script{},
 		mux:     mux{handlers: make(chan struct{}, muxHandlers)},
 		wsets:   map[string]*windowSet{},
+		popID:   strconv.FormatUint(randv2.Uint64(), 36),
 	}
 	if o.agentCalls > 0 {
 		e.agentSlots = make(chan struct{}, o.agentCalls)

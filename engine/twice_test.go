@@ -6,9 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
@@ -25,16 +27,17 @@ import (
 // ones are drawn in the order they are sent, and the Engine's delivery
 // goroutine sends some of them: a run's path differs from run to run.
 type sentTwice struct {
-	mu  sync.Mutex
-	rnd *rand.Rand
-	n   int // scripts sent twice
+	mu    sync.Mutex
+	rnd   *rand.Rand
+	every bool // every script, not one in three
+	n     int  // scripts sent twice
 }
 
 // again says whether to send this script twice.
 func (h *sentTwice) again() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.rnd.Intn(3) == 0 {
+	if h.every || h.rnd.Intn(3) == 0 {
 		h.n++
 		return true
 	}
@@ -164,4 +167,47 @@ func rolloutIDs(t *testing.T, h *harness) []string {
 		ids = append(ids, r.ID)
 	}
 	return ids
+}
+
+// TestAPopSentTwiceAnswersWhatItPopped: a poll's pop whose answer was
+// lost (the client sent it again) answers the second time with the
+// attempts the first popped, numbered as then, whether the poll looked
+// itself or waited for the mux; before, the second found the queue empty
+// and the attempts waited for their deadlines, then for their nodes'
+// reports. A later pop finds nothing more.
+func TestAPopSentTwiceAnswersWhatItPopped(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		_, items := h.create(spec("web", 2, "web", 1, 2, 3))
+		rdb.AddHook(&sentTwice{every: true})
+		// n2 waits for the mux: its pop goes in the mux's pipeline
+		waited := make(chan []fleetwave.Attempt, 1)
+		go func() {
+			as, err := h.e.PollWith(h.ctx, "n2", 10, 20*time.Second, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- as
+		}()
+		for _, _, n := h.e.mux.state(); n == 0; _, _, n = h.e.mux.state() {
+			time.Sleep(time.Millisecond)
+		}
+		h.step()
+		as, err := h.e.PollWith(h.ctx, "n1", 10, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(as) != 1 || as[0].Item != items[0] || as[0].Delivery != 1 {
+			t.Fatalf("n1's poll, its pop sent twice: %+v, want %s in delivery 1", as, items[0])
+		}
+		if as := <-waited; len(as) != 1 || as[0].Item != items[1] || as[0].Delivery != 1 {
+			t.Fatalf("n2's waiting poll, its pop sent twice: %+v, want %s in delivery 1", as, items[1])
+		}
+		for _, n := range []string{"n1", "n2"} {
+			if as, err := h.e.PollWith(h.ctx, n, 10, 0, 1); err != nil || len(as) != 0 {
+				t.Fatalf("%s's next poll: %+v %v, want nothing more", n, as, err)
+			}
+		}
+		h.check()
+	})
 }

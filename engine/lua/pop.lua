@@ -1,4 +1,4 @@
--- pop: the head PO: node, max, delivered. Pops up to max attempts from
+-- pop: the head PO: node, max, delivered, token. Pops up to max attempts from
 -- the node's queue and numbers each: the node's counter dseq:<node> plus
 -- one for the first, then one by one in the order popped (the order the
 -- agent takes them in), and never at or below delivered, what its agent
@@ -12,11 +12,28 @@
 -- queue is empty.
 -- Numbers go to Redis as strings: a Lua number is formatted as a float
 -- (%.14g), which costs more than the rest of a command's arguments.
+-- A pop that finds work keeps its answer for a minute (plast:<node>: its
+-- token, a newline, the first number and the entries, each after a NUL,
+-- which no entry holds): the Redis client sends a script again when its
+-- reply is late (its read timeout) or its connection broke, and the first
+-- sending may have run. The same pop sent again answers what it popped
+-- then, instead of an empty queue that would leave those attempts to their
+-- deadlines. Every pop reads only the token's length of it.
 local P = ARGV[1]
 local node, delivered = ARGV[PO.node], tonumber(ARGV[PO.delivered])
+local token = ARGV[PO.token]
 local dlv = P .. 'dlv:' .. node
+local last = P .. 'plast:' .. node
 if delivered > 0 then
   redis.call('ZREMRANGEBYSCORE', dlv, '-inf', ARGV[PO.delivered])
+end
+if token ~= '' and redis.call('GETRANGE', last, 0, #token) == token .. '\n' then
+  local out = { 'ok' }
+  for v in string.gmatch(string.sub(redis.call('GET', last), #token + 2), '%z([^%z]*)') do
+    out[#out + 1] = v
+  end
+  out[2] = tonumber(out[2])
+  return out
 end
 local raw = redis.call('LPOP', P .. 'q:' .. node, ARGV[PO.max])
 if not raw then
@@ -34,4 +51,7 @@ end
 -- newest deliveries only, and a node gone leaves nothing for long
 redis.call('ZREMRANGEBYRANK', dlv, '0', '-65')
 redis.call('EXPIRE', dlv, '604800')
+if token ~= '' then
+  redis.call('SET', last, token .. '\n\0' .. string.format('%d', first) .. '\0' .. table.concat(raw, '\0'), 'PX', '60000')
+end
 return { 'ok', first, unpack(raw) }
