@@ -178,30 +178,43 @@ func poppedOf(v []any) popped {
 // timeouts (then counting them lost). It returns their ids. It cannot
 // fail: what it cannot mark waits for its deadline, as it did before
 // agents said what they received.
+//
+// The deliveries are read, marked, and only then dropped from what is
+// kept, each by its id: every step is safe to send twice (the Redis
+// client sends a command again when its reply is late), and a mark that
+// fails leaves them for the agent's next Resume. Read and dropped in one
+// transaction, a transaction sent twice answered nothing the second time,
+// and those attempts waited for their deadlines.
 func (e *Engine) Resume(ctx context.Context, node string, delivered int64) (ids []string) {
 	key := e.key("dlv", node)
 	above := "(" + strconv.FormatInt(delivered, 10)
 	release, err := e.agentCall(ctx)
 	if err == nil {
-		pipe := e.rdb.TxPipeline()
-		lost := pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: above, Max: "+inf"})
-		pipe.ZRemRangeByScore(ctx, key, above, "+inf")
-		_, err = pipe.Exec(ctx)
+		ids, err = e.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: above, Max: "+inf"}).Result()
 		release() // before NotHanded takes one of its own
-		ids = lost.Val()
 	}
 	if err != nil {
 		e.log.Warn().Err(err).Str("node", node).Int64("delivered", delivered).
 			Msg("deliveries the agent did not receive not looked up: left to their deadlines")
 		return nil
 	}
-	if len(ids) > 0 {
-		e.log.Warn().Str("node", node).Int64("delivered", delivered).Strs("attempts", ids).
-			Msg("attempts delivered that the agent never received: to be sent again")
-		if err := e.NotHanded(context.WithoutCancel(ctx), node, ids, false); err != nil {
-			e.log.Warn().Err(err).Str("node", node).Msg("attempts the agent never received: left to their deadlines")
-			return nil
-		}
+	if len(ids) == 0 {
+		return nil
+	}
+	e.log.Warn().Str("node", node).Int64("delivered", delivered).Strs("attempts", ids).
+		Msg("attempts delivered that the agent never received: to be sent again")
+	ctx = context.WithoutCancel(ctx)
+	if err := e.NotHanded(ctx, node, ids, false); err != nil {
+		e.log.Warn().Err(err).Str("node", node).Msg("attempts the agent never received: kept for its next resume, else left to their deadlines")
+		return nil
+	}
+	// these only: a delivery popped since the read stays
+	if release, err = e.agentCall(ctx); err == nil {
+		err = e.rdb.ZRem(ctx, key, anys(ids)...).Err()
+		release()
+	}
+	if err != nil {
+		e.log.Debug().Err(err).Str("node", node).Msg("deliveries marked not dropped: a later resume marks them again, to no effect")
 	}
 	return ids
 }

@@ -348,6 +348,15 @@ func scriptReply(name string, v any) (string, []any, error) {
 // fenceArg formats a fence for the scripts.
 func fenceArg(f int64) string { return strconv.FormatInt(f, 10) }
 
+// anys is ss as command arguments.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
 // asString converts a script reply element to a string.
 func asString(v any) string {
 	switch x := v.(type) {

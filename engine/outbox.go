@@ -86,11 +86,7 @@ func (e *Engine) AckOutbox(ctx context.Context, fence int64, ids ...string) (int
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	status, rest, err := e.run(ctx, "ack_outbox", fenceArg(fence), e.nowMS(), args...)
+	status, rest, err := e.run(ctx, "ack_outbox", fenceArg(fence), e.nowMS(), anys(ids)...)
 	if err != nil {
 		return 0, err
 	}

@@ -206,10 +206,7 @@ func (e *Engine) ObserveNodes(ctx context.Context, ids []string) (fleetwave.Obse
 	if len(ids) > pipelineChunk/2 && len(ids)*observeWholeShare >= e.obs.len() {
 		return e.observe(ctx, false, ids)
 	}
-	members := make([]any, len(ids))
-	for i, id := range ids {
-		members[i] = id
-	}
+	members := anys(ids)
 	pipe := e.rdb.Pipeline()
 	ver := pipe.Get(ctx, e.key("version"))
 	in := pipe.SMIsMember(ctx, e.key("obs_nodes"), members...)

@@ -27,10 +27,11 @@ import (
 // ones are drawn in the order they are sent, and the Engine's delivery
 // goroutine sends some of them: a run's path differs from run to run.
 type sentTwice struct {
-	mu    sync.Mutex
-	rnd   *rand.Rand
-	every bool // every script, not one in three
-	n     int  // scripts sent twice
+	mu       sync.Mutex
+	rnd      *rand.Rand
+	every    bool // every script, not one in three
+	commands bool // every command (and pipeline), not only scripts (with every)
+	n        int  // scripts sent twice
 }
 
 // again says whether to send this script twice.
@@ -60,16 +61,17 @@ func (h *sentTwice) check(t *testing.T) {
 	t.Logf("%d scripts sent twice", h.n)
 }
 
-func isScript(cmd redis.Cmder) bool {
+// resent says whether cmd is one the hook may send twice.
+func (h *sentTwice) resent(cmd redis.Cmder) bool {
 	n := strings.ToLower(cmd.Name())
-	return n == "evalsha" || n == "eval"
+	return h.commands || n == "evalsha" || n == "eval"
 }
 
 func (h *sentTwice) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *sentTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) && h.again() {
+		if h.resent(cmd) && h.again() {
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}
@@ -83,7 +85,7 @@ func (h *sentTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *sentTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if isScript(c) {
+			if h.resent(c) {
 				if h.again() {
 					if err := next(ctx, cmds); err != nil {
 						return err
@@ -209,5 +211,37 @@ func TestAPopSentTwiceAnswersWhatItPopped(t *testing.T) {
 			}
 		}
 		h.check()
+	})
+}
+
+// TestAResumeSentTwiceStillMarks: an agent says its last poll failed, and
+// every command of the Resume that follows is sent twice. The attempt it
+// never received is still found and marked never delivered, so the next
+// Step sends it again; read and dropped in one transaction, the second
+// sending found nothing, and the attempt waited for its deadline.
+func TestAResumeSentTwiceStillMarks(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb, WithBackoff(time.Second, time.Second))
+		_, items := h.create(spec("web", 1, "web", 1, 1, 3))
+		h.step()
+		lost := h.poll("n1") // the answer never reaches the agent
+		if len(lost) != 1 {
+			t.Fatalf("first poll: %+v, want one attempt", lost)
+		}
+		rdb.AddHook(&sentTwice{every: true, commands: true})
+		if ids := h.e.Resume(h.ctx, "n1", 0); len(ids) != 1 || ids[0] != lost[0].ID {
+			t.Fatalf("resumed %v, want %s", ids, lost[0].ID)
+		}
+		h.clk.Advance(time.Millisecond)
+		h.step() // sent twice too: its answer is the second sending's
+		if it := h.item(items[0]); it.Status != fleetwave.ItemRetrying {
+			t.Fatalf("item %s %q, want retrying (never delivered)", it.Status, it.Reason)
+		}
+		if n := rdb.ZCard(h.ctx, h.e.key("dlv", "n1")).Val(); n != 0 {
+			t.Fatalf("%d deliveries kept after they were marked", n)
+		}
+		if ids := h.e.Resume(h.ctx, "n1", 0); len(ids) != 0 {
+			t.Fatalf("resumed again: %v, want nothing", ids)
+		}
 	})
 }
