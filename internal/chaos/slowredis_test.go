@@ -140,32 +140,30 @@ func (p *slowProxy) serve(cn net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := up.Read(buf)
-			if n > 0 {
-				if d := time.Until(time.Unix(0, until.Load())); d > 0 {
-					time.Sleep(d)
-				}
-				if _, werr := cn.Write(buf[:n]); werr != nil {
-					break
-				}
+		copyChunks(cn, up, func([]byte) {
+			if d := time.Until(time.Unix(0, until.Load())); d > 0 {
+				time.Sleep(d)
 			}
-			if err != nil {
-				break
-			}
-		}
-		_ = cn.Close()
-		_ = up.Close()
+		})
 	}()
+	copyChunks(up, cn, func(chunk []byte) {
+		if p.draw(cn, chunk) {
+			until.Store(time.Now().Add(slowHold).UnixNano())
+		}
+	})
+	<-done
+}
+
+// copyChunks copies src to dst chunk by chunk, calling before with each
+// chunk before it is written, until either side fails; it then closes
+// both.
+func copyChunks(dst, src net.Conn, before func(chunk []byte)) {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := cn.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
-			if p.draw(cn, buf[:n]) {
-				until.Store(time.Now().Add(slowHold).UnixNano())
-			}
-			if _, werr := up.Write(buf[:n]); werr != nil {
+			before(buf[:n])
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
 		}
@@ -173,9 +171,8 @@ func (p *slowProxy) serve(cn net.Conn) {
 			break
 		}
 	}
-	_ = cn.Close()
-	_ = up.Close()
-	<-done
+	_ = dst.Close()
+	_ = src.Close()
 }
 
 // close stops the proxy and cuts its connections.
