@@ -31,7 +31,7 @@ type sentTwice struct {
 	rnd      *rand.Rand
 	every    bool // every script, not one in three
 	commands bool // every command (and pipeline), not only scripts (with every)
-	n        int  // scripts sent twice
+	n        int  // sent twice (scripts, or any command with commands)
 }
 
 // again says whether to send this script twice.
