@@ -328,7 +328,10 @@ func (e *Engine) AgentCallWaits() (int64, time.Duration) {
 //
 // Errors: ErrUnknownAttempt, ErrWrongNode (the attempt of another node),
 // ErrStaleAttempt (not the item's current attempt, item no longer in
-// progress, or another fence), ErrInvalidResult. The rollout completes when
+// progress, or another fence), ErrInvalidResult; and ErrResultRecorded,
+// which is no failure: this result was recorded before (sent again after
+// its answer was lost), nothing changed, and the caller answers as the
+// first time. The rollout completes when
 // all its items are terminal. When the result leaves its lane's current
 // wave with nothing in flight, the same script starts the lane's next wave,
 // as Step would start it, under the fence of the current lease (not when
@@ -472,7 +475,7 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 		if errors.As(err, &script) && len(batch) > 1 {
 			// the script failed outside a result (each result is guarded
 			// on its own): what it applied stays, so a result already
-			// committed comes back stale; the others are committed alone
+			// committed comes back recorded; the others are committed alone
 			e.log.Error().Err(err).Int("results", len(batch)).Msg("complete: group failed; committing its results one by one")
 			for _, c := range batch {
 				e.runCompletions(ctx, []*completion{c})
@@ -495,6 +498,8 @@ func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 			c.err = fmt.Errorf("attempt %s: %w", aid, ErrWrongNode)
 		case "stale_attempt":
 			c.err = fmt.Errorf("attempt %s: %w", aid, ErrStaleAttempt)
+		case "recorded":
+			c.err = fmt.Errorf("attempt %s: %w", aid, ErrResultRecorded)
 		default:
 			st := asString(statuses[i])
 			if msg, ok := strings.CutPrefix(st, "error: "); ok {

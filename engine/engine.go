@@ -32,6 +32,11 @@ var (
 	// ErrStaleAttempt: the attempt is not its item's current one, the item
 	// is no longer in progress, or the result carries another fence.
 	ErrStaleAttempt = errors.New("stale attempt")
+	// ErrResultRecorded is no failure: the same result (attempt, fence,
+	// class and exit code) was recorded before and nothing changed. An
+	// agent sends a result again when its answer was lost, and so does
+	// the Redis client a script whose reply came late.
+	ErrResultRecorded = errors.New("result recorded before")
 	// ErrWrongNode: the attempt belongs to another node.
 	ErrWrongNode = errors.New("attempt of another node")
 	// ErrNotFound: no such rollout.

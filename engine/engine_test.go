@@ -662,6 +662,21 @@ func TestCompleteChecks(t *testing.T) {
 				t.Fatalf("item is %s", it.Status)
 			}
 		})
+		t.Run("the same result sent again is recorded, applied once", func(t *testing.T) {
+			before := h.item(a.Item)
+			mustErr(t, h.e.Complete(h.ctx, "n1", resultOf(a, fleetwave.ResultSuccess)), ErrResultRecorded)
+			// another exit code, another fence: another result
+			other := resultOf(a, fleetwave.ResultSuccess)
+			other.ExitCode = 3
+			mustErr(t, h.e.Complete(h.ctx, "n1", other), ErrStaleAttempt)
+			other = resultOf(a, fleetwave.ResultSuccess)
+			other.Fence++
+			mustErr(t, h.e.Complete(h.ctx, "n1", other), ErrStaleAttempt)
+			if it := h.item(a.Item); it != before {
+				t.Fatalf("the result sent again changed its item:\n%+v\nwas\n%+v", it, before)
+			}
+			h.check()
+		})
 	})
 }
 

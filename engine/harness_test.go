@@ -60,7 +60,7 @@ type harness struct {
 	// copy of them: the engine must never write a chunk it returned
 	chunks map[string]returnedChunks
 	// resent: the client sends scripts twice (sentTwice), so a result
-	// may be refused as stale after its first sending applied it
+	// may be answered recorded after its first sending applied it
 	resent bool
 }
 
@@ -147,7 +147,8 @@ func (h *harness) poll(node string) []fleetwave.Attempt {
 func (h *harness) complete(a fleetwave.Attempt, class fleetwave.ResultClass) {
 	h.t.Helper()
 	res := resultOf(a, class)
-	if err := h.e.Complete(h.ctx, a.Node, res); err != nil && !(h.resent && errors.Is(err, ErrStaleAttempt)) {
+	// a result sent twice answers, the second time, that it was recorded
+	if err := h.e.Complete(h.ctx, a.Node, res); err != nil && !(h.resent && errors.Is(err, ErrResultRecorded)) {
 		h.t.Fatal(err)
 	}
 	h.check()

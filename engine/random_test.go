@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,8 +37,8 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 	h.resent = resent
 	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
 	blocks := []string{"a", "b"}
-	created := map[string]bool{} // item ids
-	var finished []fleetwave.Attempt
+	created := map[string]bool{}           // item ids
+	var finished []fleetwave.AttemptResult // results applied
 	gen := map[string]int64{"a": 1, "b": 1}
 	capOf := map[string]int{"a": 2, "b": 1}
 
@@ -121,13 +122,13 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 				switch rng.Intn(5) {
 				case 0, 1:
 					h.complete(a, fleetwave.ResultSuccess)
-					finished = append(finished, a)
+					finished = append(finished, resultOf(a, fleetwave.ResultSuccess))
 				case 2:
 					h.complete(a, fleetwave.ResultTransient)
-					finished = append(finished, a)
+					finished = append(finished, resultOf(a, fleetwave.ResultTransient))
 				case 3:
 					h.complete(a, fleetwave.ResultPermanent)
-					finished = append(finished, a)
+					finished = append(finished, resultOf(a, fleetwave.ResultPermanent))
 				default: // result lost
 				}
 			}
@@ -138,10 +139,26 @@ func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 			h.report(reportFor(t, h, n, blocks, func() bool { return rng.Intn(2) == 0 }))
 		default: // a replayed result is never applied twice
 			if len(finished) > 0 {
-				a := finished[rng.Intn(len(finished))]
-				err := h.e.Complete(h.ctx, a.Node, resultOf(a, fleetwave.ResultSuccess))
-				if !errors.Is(err, ErrStaleAttempt) {
-					t.Fatalf("replayed result for %s: %v", a.ID, err)
+				res := finished[rng.Intn(len(finished))]
+				same := rng.Intn(2) == 0
+				if !same {
+					// another result for the attempt: never applied
+					res.Class = map[fleetwave.ResultClass]fleetwave.ResultClass{fleetwave.ResultSuccess: fleetwave.ResultPermanent,
+						fleetwave.ResultTransient: fleetwave.ResultSuccess, fleetwave.ResultPermanent: fleetwave.ResultTransient}[res.Class]
+				}
+				it := h.item(res.AttemptID[:strings.LastIndex(res.AttemptID, ".")])
+				// the same result is answered as recorded while the
+				// attempt is its item's last, stale once another was made
+				want := ErrStaleAttempt
+				if same && it.LastAttempt == res.AttemptID {
+					want = ErrResultRecorded
+				}
+				if err := h.e.Complete(h.ctx, it.Node, res); !errors.Is(err, want) {
+					t.Fatalf("replayed result %s %s (item %s, last attempt %s): %v, want %v", res.AttemptID, res.Class, it.Status, it.LastAttempt, err, want)
+				}
+				if after := h.item(it.ID); after.Status != it.Status || after.Reason != it.Reason || after.LastClass != it.LastClass {
+					t.Fatalf("replayed result %s %s changed its item: %s/%s/%s -> %s/%s/%s", res.AttemptID, res.Class,
+						it.Status, it.Reason, it.LastClass, after.Status, after.Reason, after.LastClass)
 				}
 				h.check()
 			}
@@ -442,7 +459,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 					continue // result lost
 				}
 				res := resultOf(a, class)
-				if err := c.e.Complete(h.ctx, n, res); err != nil && !errors.Is(err, ErrStaleAttempt) {
+				if err := c.e.Complete(h.ctx, n, res); err != nil && !errors.Is(err, ErrStaleAttempt) && !(resent && errors.Is(err, ErrResultRecorded)) {
 					t.Fatal(err)
 				}
 			}
@@ -542,7 +559,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 				t.Fatal(err)
 			}
 			for _, a := range as {
-				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil && !(resent && errors.Is(err, ErrStaleAttempt)) {
+				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil && !(resent && errors.Is(err, ErrResultRecorded)) {
 					t.Fatal(err)
 				}
 			}

@@ -103,8 +103,8 @@ func (h *sentTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // max_concurrent, one active item per instance, counters exact, every
 // item where its status says), a replayed result never applied twice,
 // and every rollout finished after the drain. A result whose first
-// sending was applied is refused as stale the second time, as the agent
-// expects (it drops it); a creation whose answer was lost answers with
+// sending was applied is answered recorded the second time (the agent is
+// answered as the first time); a creation whose answer was lost answers with
 // what the second sending created (nothing).
 func TestRandomizedScriptsSentTwice(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {

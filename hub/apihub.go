@@ -133,10 +133,19 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 			Message: "class: " + strconv.Quote(string(res.Class)) + "; want success, transient or permanent",
 			Details: map[string]string{"field": "class"}}
 	}
-	if err := h.metrics.countResult(res, h.eng.Complete(ctx, node, res)); err != nil {
+	err := h.eng.Complete(ctx, node, res)
+	if errors.Is(err, engine.ErrResultRecorded) {
+		// the agent sent it again (its answer was lost): answered as the
+		// first time, counted once
+		h.log.Info().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).
+			Int("exit_code", res.ExitCode).Msg("attempt result sent again; recorded before")
+		return nil
+	}
+	if err := h.metrics.countResult(res, err); err != nil {
 		h.log.Warn().Err(err).Str("node", node).Str("attempt", res.AttemptID).Msg("attempt result refused")
 		return h.apiError(ctx, err)
 	}
+	h.crashPoint("result_recorded")
 	h.log.Info().Str("node", node).Str("attempt", res.AttemptID).Str("class", string(res.Class)).Int("exit_code", res.ExitCode).Msg("attempt result")
 	h.kick(h.statusSoon)
 	return nil

@@ -224,7 +224,8 @@ func WithLogger(l zerolog.Logger) Option { return func(h *Hub) { h.log = l } }
 
 // WithCrashHook calls hook at named points of the multi-step operations
 // (approval_decided, approval_created, approval_consumed, claim_committed,
-// and attempts_popped: attempts taken for a poll, not yet answered): crash
+// attempts_popped: attempts taken for a poll, not yet answered, and
+// result_recorded: an agent's result recorded, not yet answered): crash
 // tests end the process there to prove each step is recovered.
 func WithCrashHook(hook func(point string)) Option { return func(h *Hub) { h.crashHook = hook } }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/fleetwave/fleetwave"
+	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/reconciler"
 )
 
@@ -277,7 +278,7 @@ func (h *Hub) refuseAttempt(ctx context.Context, node string, a fleetwave.Attemp
 		Msg("attempt not delivered: its config does not unseal for this node; failed as permanent")
 	// Popped is delivered: the failure is recorded even if the poll ended.
 	res := fleetwave.AttemptResult{AttemptID: a.ID, Fence: a.Fence, Class: fleetwave.ResultPermanent, ExitCode: -1}
-	if err := h.eng.Complete(context.WithoutCancel(ctx), node, res); err != nil {
+	if err := h.eng.Complete(context.WithoutCancel(ctx), node, res); err != nil && !errors.Is(err, engine.ErrResultRecorded) {
 		h.log.Warn().Err(err).Str("node", node).Str("attempt", a.ID).
 			Msg("refused attempt not recorded as failed: it ends at its deadline")
 		return

@@ -26,7 +26,8 @@
 -- Whether a rollout completed is looked at once per rollout, at the end.
 -- Returns {'ok', rollouts completed, attempts dispatched, events (as step
 -- returns them), {status per result: 'ok'|'unknown_attempt'|'wrong_node'|
--- 'stale_attempt'|'error: <message>'}}.
+-- 'stale_attempt'|'recorded'|'error: <message>'}}: recorded, the same
+-- result (attempt, fence, class, exit code) was recorded before.
 local BASE, MAXB = tonumber(ARGV[CA.backoff_base]), tonumber(ARGV[CA.backoff_max])
 -- no window states, no peek: a windowed item leaves its wave to Step
 local MODE = new_mode()
@@ -49,6 +50,15 @@ local function result(b)
   end
   if it.status ~= 'in_progress' or it.last_attempt ~= aid or it.a_fence ~= ARGV[b + RF.fence]
       or (it.a_state ~= 'queued' and it.a_state ~= 'delivered') then
+    if it.last_attempt == aid and it.a_fence == ARGV[b + RF.fence]
+        and (it.a_state == 'done' or it.a_state == 'disagree') then
+      -- this very result, recorded before (an agent whose answer was
+      -- lost, a script sent again): answered as the first, nothing changed
+      local rec = redis.call('HMGET', k_i(id), 'last_class', 'a_exit')
+      if rec[1] == class and rec[2] == ARGV[b + RF.exit_code] then
+        return 'recorded'
+      end
+    end
     return 'stale_attempt'
   end
   local igen = tonumber(ARGV[b + RF.instance_gen]) or -1
