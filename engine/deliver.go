@@ -253,6 +253,17 @@ func (e *Engine) Wake(nodes []string) {
 	}
 }
 
+// reportWanted hears nodes whose full report an item awaits, announced
+// by a Step (step.lua, the channel "fw{p}:report"): the caller's callback
+// (WithReportWanted) learns them, then their waiting Polls end, so that
+// their agents are asked for the report now, whichever hub holds them.
+func (e *Engine) reportWanted(nodes []string) {
+	if e.wanted != nil {
+		e.wanted(nodes)
+	}
+	e.Wake(nodes)
+}
+
 // claim takes the oldest waiting Poll of each of nodes out of the map,
 // each shard's nodes under one hold of its lock.
 func (e *Engine) claim(nodes []string) []*waiter {
@@ -399,13 +410,14 @@ func (e *Engine) popPipeline(ctx context.Context, ws []*waiter) []*redis.Cmd {
 }
 
 // subscribe is the mux: it follows the ready channel and hands out what
-// the announced queues hold, until no Poll has waited for muxIdle.
+// the announced queues hold, and the report channel (reportWanted), until
+// no Poll has waited for muxIdle.
 func (e *Engine) subscribe(run int) {
 	ctx := context.Background()
 	channel := e.key("ready")
 	lost := false // logged once per outage
 	for {
-		ps := e.rdb.Subscribe(ctx, channel)
+		ps := e.rdb.Subscribe(ctx, channel, e.key("report"))
 		err := e.follow(ctx, ps, run, func() {
 			if lost {
 				lost = false
@@ -442,6 +454,7 @@ func (e *Engine) subscribe(run int) {
 // follow reads ps until it fails (the error) or the mux ends for lack of
 // waiters (nil); subscribed is called when the subscription is confirmed.
 func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, run int, subscribed func()) error {
+	ready, reports := e.key("ready"), e.key("report")
 	for {
 		idle := e.mux.idle
 		if idle <= 0 {
@@ -460,13 +473,17 @@ func (e *Engine) follow(ctx context.Context, ps *redis.PubSub, run int, subscrib
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" && m.Channel == ready {
 				subscribed()
 				// announcements made before this are gone: look at every
 				// waiting Poll's queue
 				e.handOut(ctx, e.confirmed(run))
 			}
 		case *redis.Message:
+			if m.Channel == reports {
+				e.reportWanted(strings.Split(m.Payload, "\n"))
+				continue
+			}
 			e.handOut(ctx, e.claim(strings.Split(m.Payload, "\n")))
 		case *redis.Pong:
 		}

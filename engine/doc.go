@@ -99,6 +99,7 @@
 //	                       delivery number and each entry popped, each after a NUL (the same pop sent again
 //	                       answers it)
 //	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)
+//	report                 pub/sub channel: the nodes whose full report a Step made an item await (newline-separated)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
 //	inst:<node>:<block>    hash: active item; last finished item, status, generation, config hash,
 //	                       change counter

@@ -89,6 +89,7 @@ type options struct {
 	backoffMax  time.Duration
 	floor       func(ctx context.Context) (int64, error)
 	agentCalls  int
+	wanted      func(nodes []string)
 }
 
 // Option configures an Engine.
@@ -140,6 +141,15 @@ func WithFenceFloor(floor func(ctx context.Context) (int64, error)) Option {
 // each is one call for many agents.
 func WithAgentCalls(n int) Option { return func(o *options) { o.agentCalls = n } }
 
+// WithReportWanted calls wanted with the nodes whose full report an item
+// now awaits (its attempt's result lost, or a success its report did not
+// show), as any leader's Step announces them to every Engine on the same
+// Redis while Polls wait on it; the Engine then ends those nodes' waiting
+// Polls (Wake). The leader's own Step also returns them (AwaitingReport).
+func WithReportWanted(wanted func(nodes []string)) Option {
+	return func(o *options) { o.wanted = wanted }
+}
+
 // Engine is the Redis wave scheduler. It is safe for concurrent use.
 type Engine struct {
 	rdb     redis.UniversalClient
@@ -185,6 +195,8 @@ type Engine struct {
 	// popID and pops make each pop's token (popToken)
 	popID string
 	pops  atomic.Uint64
+	// wanted hears the nodes whose report an item awaits (WithReportWanted)
+	wanted func(nodes []string)
 
 	// agentSlots holds a token per call to Redis made on an agent's
 	// behalf (WithAgentCalls); nil: no bound.
@@ -279,6 +291,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		mux:     mux{handlers: make(chan struct{}, muxHandlers)},
 		wsets:   map[string]*windowSet{},
 		popID:   strconv.FormatUint(randv2.Uint64(), 36),
+		wanted:  o.wanted,
 	}
 	if o.agentCalls > 0 {
 		e.agentSlots = make(chan struct{}, o.agentCalls)

@@ -1688,3 +1688,77 @@ func TestAWaveTakesMaxConcurrentItemsAboveAThousand(t *testing.T) {
 		t.Fatalf("first wave: %+v, want 1500 in progress and 200 pending", ro.Counters)
 	}
 }
+
+// TestAReportWantedReachesEveryEngine: a Step that makes an item
+// ambiguous announces its node on Redis, so that another Engine (another
+// hub replica, where the node's agent holds its poll) learns that the
+// node's report is wanted and ends the node's waiting Poll at once, as
+// the leader's own Engine does. Before, only the leader's hub knew (from
+// its Step's answer), and the agent reported at its usual interval.
+func TestAReportWantedReachesEveryEngine(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		heard := make(chan []string, 4)
+		follower := New(rdb, WithClock(h.clk), WithPrefix("test"), WithReportWanted(func(nodes []string) { heard <- nodes }))
+		if err := follower.Load(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.create(spec("web", 2, "web", 1, 2, 3))
+		h.step()
+		var n1 fleetwave.Attempt
+		for _, n := range []string{"n1", "n2"} {
+			as := h.poll(n)
+			if len(as) != 1 {
+				t.Fatalf("%s polled %v", n, ids(as))
+			}
+			if n == "n1" {
+				n1 = as[0]
+			}
+		}
+		// n1's and n2's agents poll the follower now, and wait there
+		polled := map[string]chan error{}
+		for _, n := range []string{"n1", "n2"} {
+			polled[n] = make(chan error, 1)
+			go func() {
+				as, err := follower.Poll(context.Background(), n, 5, time.Minute)
+				if err == nil && len(as) > 0 {
+					err = fmt.Errorf("polled %v", ids(as))
+				}
+				polled[n] <- err
+			}()
+		}
+		waitMux(t, follower, 2)
+		// n1's result comes; n2's is lost: at its deadline its item
+		// awaits n2's report
+		h.complete(n1, fleetwave.ResultSuccess)
+		h.clk.Advance(time.Minute + DefaultDeliveryGrace)
+		res, err := h.e.Step(h.ctx, h.fence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.AwaitingReport, []string{"n2"}) {
+			t.Fatalf("the leader's Step awaits %v, want [n2]", res.AwaitingReport)
+		}
+		select {
+		case nodes := <-heard:
+			if !slices.Equal(nodes, []string{"n2"}) {
+				t.Fatalf("the follower heard %v, want [n2]", nodes)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the follower never heard that n2's report is wanted")
+		}
+		select {
+		case err := <-polled["n2"]:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("n2's poll on the follower still waits")
+		}
+		select {
+		case err := <-polled["n1"]:
+			t.Fatalf("n1's poll ended at n2's announcement: %v", err)
+		default:
+		}
+	})
+}

@@ -305,7 +305,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h.writeFiles = h.commitFiles
 	h.eng = engine.New(h.redis.client, engine.WithClock(h.clock), engine.WithLogger(base), engine.WithFenceFloor(h.fenceFloor),
-		engine.WithAgentCalls(h.redis.agentCalls()))
+		engine.WithAgentCalls(h.redis.agentCalls()), engine.WithReportWanted(h.asks.await))
 	if err := h.eng.Load(ctx); err != nil {
 		return nil, fmt.Errorf("load engine scripts: %w", err)
 	}
@@ -551,11 +551,14 @@ func (h *Hub) engineStep(ctx context.Context) {
 		return
 	}
 	if len(res.AwaitingReport) > 0 {
-		h.asks.await(res.AwaitingReport)
 		// their agents' held polls end now and ask for the report (the
 		// API asks again when a poll ends empty): a wave waits for its
-		// ambiguous items, and a poll may hold for most of a minute
-		h.eng.Wake(res.AwaitingReport)
+		// ambiguous items, and a poll may hold for most of a minute. The
+		// Step announced them to every hub, this one included, whose
+		// engine ends those polls (WithReportWanted); this hub learns them
+		// here too, should its announcement not come (no poll waits here,
+		// or the subscription is down).
+		h.asks.await(res.AwaitingReport)
 	}
 	if res.Completed > 0 {
 		h.kick(h.reconcileSoon)

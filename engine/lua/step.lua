@@ -4,7 +4,8 @@
 -- open 1|0, next opening ms or 0 = none known). The fields are named in
 -- args.go (stepHead, windowStateArg).
 -- Returns {'stale_fence'} or {'ok', {dispatched, expired, completed}, events}
--- where each event is {kind, rollout, detail}.
+-- where each event is {kind, rollout, detail}. The nodes whose report an
+-- item now awaits are also published on the channel 'report'.
 if not check_fence() then
   return { 'stale_fence' }
 end
@@ -40,6 +41,7 @@ local function jitter()
 end
 
 local expired, completed = 0, 0
+local wanted = {} -- nodes whose full report an item now awaits
 
 -- 1. attempts past their deadline
 local due = redis.call('ZRANGEBYSCORE', P .. 'deadlines', '-inf', now_s(), 'LIMIT', 0, LIMIT)
@@ -60,12 +62,14 @@ for _, aid in ipairs(due) do
       set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'success', 'amb_at', now_s())
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id .. '\n' .. it.node)
+      wanted[#wanted + 1] = it.node
     else
       -- delivered, no result: never replay blindly, wait for a report
       close_attempt(it, aid, 'lost')
       set_status(it, 'ambiguous', 'awaiting_report', 'last_class', 'lost', 'amb_at', now_s())
       redis.call('SADD', P .. 'amb:' .. it.node, it.id)
       event('ambiguous', it.rollout, it.id .. '\n' .. it.node)
+      wanted[#wanted + 1] = it.node
     end
   else
     -- its item moved on (cannot happen: every move closes the attempt)
@@ -74,6 +78,12 @@ for _, aid in ipairs(due) do
       q_take(it.node, aid)
     end
   end
+end
+
+if #wanted > 0 then
+  -- every hub asks these nodes' agents for a report: any of them may hold
+  -- their polls (and a Step sent twice answers them only the first time)
+  redis.call('PUBLISH', P .. 'report', table.concat(wanted, '\n'))
 end
 
 -- 2. retrying items whose backoff passed get a new attempt in their wave,
