@@ -27,20 +27,7 @@ import (
 // again at once, where it used to wait out the action's timeout (5
 // minutes here, then a report). The node runs the action once.
 func TestADeliveryCutByAHubCrashIsSentAgainAtOnce(t *testing.T) {
-	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
-	remote := gittest.NewRemote(t, map[string]string{
-		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\nbackoff: \"1s\"\n",
-		"blocks/web.cue": `kind: "block"
-name: "web"
-actions: {
-	install: command: "echo run >> \"$FLEETWAVE_STATE_DIR/runs\""
-	upgrade: command: "echo upgrade >> \"$FLEETWAVE_STATE_DIR/runs\""
-}
-`,
-		"brc/web.cue":  "kind: \"trigger\"\nname: \"web\"\nblock_name: \"web\"\ntarget_version: \"1\"\nmax_concurrent: 1\n",
-		"nodes/n1.cue": "kind: \"node\"\nname: \"n1\"\n",
-	})
+	remote := webOfOneNode(t, "backoff: \"1s\"\n", runInstall, "max_concurrent: 1\n")
 	srv := redistest.Start(t)
 	dir, addr := t.TempDir(), freeAddr(t)
 	cfgPath := childHubConfig(t, dir, remote, "unix://"+srv.Addr, addr, "agents: {tokens: {n1: "+hub.HashToken("token-n1")+"}}\n")
@@ -91,20 +78,7 @@ actions: {
 // refused and dropped): the item stays completed by that one result,
 // nothing is counted refused, the node ran the action once.
 func TestAResultWhoseAnswerWasLostIsAcceptedAgain(t *testing.T) {
-	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
-	remote := gittest.NewRemote(t, map[string]string{
-		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\n",
-		"blocks/web.cue": `kind: "block"
-name: "web"
-actions: {
-	install: command: "echo run >> \"$FLEETWAVE_STATE_DIR/runs\""
-	upgrade: command: "echo upgrade >> \"$FLEETWAVE_STATE_DIR/runs\""
-}
-`,
-		"brc/web.cue":  "kind: \"trigger\"\nname: \"web\"\nblock_name: \"web\"\ntarget_version: \"1\"\n",
-		"nodes/n1.cue": "kind: \"node\"\nname: \"n1\"\n",
-	})
+	remote := webOfOneNode(t, "", runInstall, "")
 	srv := redistest.Start(t)
 	dir, addr := t.TempDir(), freeAddr(t)
 	cfgPath := childHubConfig(t, dir, remote, "unix://"+srv.Addr, addr, "agents: {tokens: {n1: "+hub.HashToken("token-n1")+"}}\n")
@@ -153,6 +127,27 @@ actions: {
 	if b, _ := os.ReadFile(filepath.Join(dir, "n1", "blocks", "web", "runs")); string(b) != "run\n" {
 		t.Fatalf("n1 ran %q, want one install", b)
 	}
+}
+
+// runInstall is an install action that appends "run" to the instance's
+// runs file: the file says how often the node ran it.
+const runInstall = `command: "echo run >> \"$FLEETWAVE_STATE_DIR/runs\""`
+
+// webOfOneNode makes the remote of a repository of one node, n1, block
+// web (its install action install, a CUE value; its upgrade appends
+// "upgrade" to the runs file) and BRC web at version 1; config and brc
+// add lines to fleetwave.cue and the BRC. Git reads no user or system
+// configuration while the test runs.
+func webOfOneNode(t *testing.T, config, install, brc string) string {
+	t.Helper()
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	return gittest.NewRemote(t, map[string]string{
+		"fleetwave.cue":  "kind: \"config\"\nname: \"fleetwave\"\n" + config,
+		"blocks/web.cue": "kind: \"block\"\nname: \"web\"\nactions: {\n\tinstall: " + install + "\n\tupgrade: command: \"echo upgrade >> \\\"$FLEETWAVE_STATE_DIR/runs\\\"\"\n}\n",
+		"brc/web.cue":    "kind: \"trigger\"\nname: \"web\"\nblock_name: \"web\"\ntarget_version: \"1\"\n" + brc,
+		"nodes/n1.cue":   "kind: \"node\"\nname: \"n1\"\n",
+	})
 }
 
 // onlyItem returns the one item of the one rollout eng holds.

@@ -15,7 +15,6 @@ import (
 	"github.com/fleetwave/fleetwave"
 	"github.com/fleetwave/fleetwave/engine"
 	"github.com/fleetwave/fleetwave/hub"
-	"github.com/fleetwave/fleetwave/internal/testutil/gittest"
 	"github.com/fleetwave/fleetwave/internal/testutil/redistest"
 )
 
@@ -28,20 +27,7 @@ import (
 // item. Before, only the leader knew which reports it awaited, and the
 // agent, which never talks to it, reported at its interval (an hour here).
 func TestAFollowerAsksForTheReportALostResultAwaits(t *testing.T) {
-	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
-	remote := gittest.NewRemote(t, map[string]string{
-		"fleetwave.cue": "kind: \"config\"\nname: \"fleetwave\"\n",
-		"blocks/web.cue": `kind: "block"
-name: "web"
-actions: {
-	install: {command: "echo run >> \"$FLEETWAVE_STATE_DIR/runs\"", timeout: "1s"}
-	upgrade: command: "echo upgrade >> \"$FLEETWAVE_STATE_DIR/runs\""
-}
-`,
-		"brc/web.cue":  "kind: \"trigger\"\nname: \"web\"\nblock_name: \"web\"\ntarget_version: \"1\"\n",
-		"nodes/n1.cue": "kind: \"node\"\nname: \"n1\"\n",
-	})
+	remote := webOfOneNode(t, "", "{"+runInstall+`, timeout: "1s"}`, "")
 	srv := redistest.Start(t)
 	redisURL := "unix://" + srv.Addr
 	dir := t.TempDir()
