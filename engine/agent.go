@@ -331,12 +331,12 @@ func (e *Engine) AgentCallWaits() (int64, time.Duration) {
 // progress, or another fence), ErrInvalidResult; and ErrResultRecorded,
 // which is no failure: this result was recorded before (sent again after
 // its answer was lost), nothing changed, and the caller answers as the
-// first time. The rollout completes when
-// all its items are terminal. When the result leaves its lane's current
-// wave with nothing in flight, the same script starts the lane's next wave,
-// as Step would start it, under the fence of the current lease (not when
-// the lease expired, nor when the wave would hold an item bound by
-// maintenance windows: Step decides those).
+// first time. The rollout completes when all its items are terminal.
+// When the result leaves its lane's current wave with nothing in flight,
+// the same script starts the lane's next wave, as Step would start it,
+// under the fence of the current lease (not when the lease expired, nor
+// when the wave would hold an item bound by maintenance windows: Step
+// decides those).
 //
 // Results are committed in groups: concurrent Completes share one script
 // run (complete.lua, up to completeBatch results, each checked on its own

@@ -1718,13 +1718,14 @@ func TestAReportWantedReachesEveryEngine(t *testing.T) {
 		// n1's and n2's agents poll the follower now, and wait there
 		polled := map[string]chan error{}
 		for _, n := range []string{"n1", "n2"} {
-			polled[n] = make(chan error, 1)
+			done := make(chan error, 1)
+			polled[n] = done
 			go func() {
 				as, err := follower.Poll(context.Background(), n, 5, time.Minute)
 				if err == nil && len(as) > 0 {
 					err = fmt.Errorf("polled %v", ids(as))
 				}
-				polled[n] <- err
+				done <- err
 			}()
 		}
 		waitMux(t, follower, 2)
