@@ -414,10 +414,9 @@ func (e *Engine) popPipeline(ctx context.Context, ws []*waiter) []*redis.Cmd {
 // no Poll has waited for muxIdle.
 func (e *Engine) subscribe(run int) {
 	ctx := context.Background()
-	channel := e.key("ready")
 	lost := false // logged once per outage
 	for {
-		ps := e.rdb.Subscribe(ctx, channel, e.key("report"))
+		ps := e.rdb.Subscribe(ctx, e.key("ready"), e.key("report"))
 		err := e.follow(ctx, ps, run, func() {
 			if lost {
 				lost = false

@@ -141,7 +141,7 @@ func (h *Hub) CompleteAttempt(ctx context.Context, node string, res fleetwave.At
 			Int("exit_code", res.ExitCode).Msg("attempt result sent again; recorded before")
 		return nil
 	}
-	if err := h.metrics.countResult(res, err); err != nil {
+	if err = h.metrics.countResult(res, err); err != nil {
 		h.log.Warn().Err(err).Str("node", node).Str("attempt", res.AttemptID).Msg("attempt result refused")
 		return h.apiError(ctx, err)
 	}
