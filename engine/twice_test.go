@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,6 +210,45 @@ func TestAPopSentTwiceAnswersWhatItPopped(t *testing.T) {
 			if as, err := h.e.PollWith(h.ctx, n, 10, 0, 1); err != nil || len(as) != 0 {
 				t.Fatalf("%s's next poll: %+v %v, want nothing more", n, as, err)
 			}
+		}
+		h.check()
+	})
+}
+
+// TestAPopSentAgainAfterMoreWasQueuedAnswersWhatItPopped: the Redis client
+// sends a pop again after another attempt for its node was queued. The
+// second sending answers the attempt the first popped, numbered as then,
+// and leaves the newer one queued for the next poll; before, it popped the
+// newer one, and the first's attempt waited for its deadline.
+func TestAPopSentAgainAfterMoreWasQueuedAnswersWhatItPopped(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		_, web := h.create(spec("web", 1, "web", 1, 1, 3))
+		h.step()
+		pop := func(token string) popped {
+			t.Helper()
+			_, v, err := h.e.run(h.ctx, "pop", "", h.e.nowMS(), popRecord.append(nil, popArgs{Node: "n1", Max: 10, Token: token})...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return poppedOf(v)
+		}
+		first := pop("lost.1")
+		if len(first.raw) != 1 || first.first != 1 {
+			t.Fatalf("the first sending popped %d entries from delivery %d, want web's one in delivery 1", len(first.raw), first.first)
+		}
+		_, db := h.create(spec("db", 1, "db", 1, 1, 3))
+		h.step()
+		again := pop("lost.1")
+		if again.first != first.first || !slices.Equal(again.raw, first.raw) {
+			t.Fatalf("the pop sent again answered %d entries from delivery %d, want the first sending's (web's item %s in delivery 1)", len(again.raw), again.first, web[0])
+		}
+		as, err := h.e.PollWith(h.ctx, "n1", 10, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(as) != 1 || as[0].Item != db[0] || as[0].Delivery != 2 {
+			t.Fatalf("the next poll: %+v, want db's item %s in delivery 2", as, db[0])
 		}
 		h.check()
 	})

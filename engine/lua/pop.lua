@@ -16,12 +16,12 @@
 -- token, a newline, the first number and the entries, each after a NUL,
 -- which no entry holds): the Redis client sends a script again when its
 -- reply is late (its read timeout) or its connection broke, and the first
--- sending may have run. The same pop sent again finds the queue empty and
--- answers what it popped then, instead of nothing, which left those
--- attempts to their deadlines. Only a pop that finds the queue empty reads
--- it, the token's length of it. (Attempts queued between the two sendings
--- are popped by the second instead; the first's then wait for their
--- deadlines, as before.)
+-- sending may have run. The same pop sent again answers what it popped
+-- then, and pops nothing: found empty, the queue left those attempts to
+-- their deadlines; found holding attempts queued between the two
+-- sendings, the second popped those instead, and the first's waited for
+-- their deadlines. Every pop reads the token's length of it, one
+-- GETRANGE.
 local P = ARGV[1]
 local node, delivered = ARGV[PO.node], tonumber(ARGV[PO.delivered])
 local token = ARGV[PO.token]
@@ -30,16 +30,16 @@ local last = P .. 'plast:' .. node
 if delivered > 0 then
   redis.call('ZREMRANGEBYSCORE', dlv, '-inf', ARGV[PO.delivered])
 end
+if token ~= '' and redis.call('GETRANGE', last, 0, #token) == token .. '\n' then
+  local out = { 'ok' }
+  for v in string.gmatch(string.sub(redis.call('GET', last), #token + 2), '%z([^%z]*)') do
+    out[#out + 1] = v
+  end
+  out[2] = tonumber(out[2])
+  return out
+end
 local raw = redis.call('LPOP', P .. 'q:' .. node, ARGV[PO.max])
 if not raw then
-  if token ~= '' and redis.call('GETRANGE', last, 0, #token) == token .. '\n' then
-    local out = { 'ok' }
-    for v in string.gmatch(string.sub(redis.call('GET', last), #token + 2), '%z([^%z]*)') do
-      out[#out + 1] = v
-    end
-    out[2] = tonumber(out[2])
-    return out
-  end
   return { 'ok', 0 }
 end
 local first = redis.call('INCRBY', P .. 'dseq:' .. node, string.format('%d', #raw)) - #raw + 1
