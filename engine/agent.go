@@ -142,19 +142,19 @@ func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64)
 		return popped{}, err
 	}
 	defer release()
-	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered, Token: e.popToken()})...)
+	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered, Token: e.token()})...)
 	if err != nil {
 		return popped{}, err
 	}
 	return poppedOf(v), nil
 }
 
-// popToken names one pop: unique to this Engine (whatever other hubs pop
-// for the same node), and the same when the Redis client sends that pop
-// again after its answer was late or lost (pop.lua then answers what the
-// first sending popped).
-func (e *Engine) popToken() string {
-	return e.popID + "." + strconv.FormatUint(e.pops.Add(1), 36)
+// token names one pop or creation: unique to this Engine (whatever other
+// hubs do), and the same when the Redis client sends that script again
+// after its answer was late or lost (pop.lua and create_rollout.lua then
+// answer what the first sending did).
+func (e *Engine) token() string {
+	return e.tokenID + "." + strconv.FormatUint(e.tokens.Add(1), 36)
 }
 
 // poppedOf reads pop.lua's reply past its status word: the first entry's

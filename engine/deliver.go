@@ -402,7 +402,7 @@ func (e *Engine) popPipeline(ctx context.Context, ws []*waiter) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(ws))
 	now := e.nowMS()
 	for i, w := range ws {
-		argv := append([]any{e.keyBase, "", now}, popRecord.append(nil, popArgs{Node: w.node, Max: w.max, Delivered: w.delivered, Token: e.popToken()})...)
+		argv := append([]any{e.keyBase, "", now}, popRecord.append(nil, popArgs{Node: w.node, Max: w.max, Delivered: w.delivered, Token: e.token()})...)
 		cmds[i] = e.scripts["pop"].EvalSha(ctx, pipe, e.keys, argv...)
 	}
 	_, _ = pipe.Exec(ctx)

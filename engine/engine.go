@@ -192,9 +192,9 @@ type Engine struct {
 
 	cq  completions // results waiting to be committed together (Complete)
 	mux mux         // Polls waiting for their queue (deliver.go)
-	// popID and pops make each pop's token (popToken)
-	popID string
-	pops  atomic.Uint64
+	// tokenID and tokens make each pop's and creation's token (token)
+	tokenID string
+	tokens  atomic.Uint64
 	// wanted hears the nodes whose report an item awaits (WithReportWanted)
 	wanted func(nodes []string)
 
@@ -290,7 +290,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Engine {
 		scripts: map[string]*redis.Script{},
 		mux:     mux{handlers: make(chan struct{}, muxHandlers)},
 		wsets:   map[string]*windowSet{},
-		popID:   strconv.FormatUint(randv2.Uint64(), 36),
+		tokenID: strconv.FormatUint(randv2.Uint64(), 36),
 		wanted:  o.wanted,
 	}
 	if o.agentCalls > 0 {

@@ -37,6 +37,9 @@ type rolloutHeader struct {
 	// come, the rollout fills (fillGrace), FillMS the grace in ms.
 	More   int   `json:"more"`
 	FillMS int64 `json:"fill_ms"`
+	// Token names this one creation (Engine.token): the same creation sent
+	// again by the Redis client answers what the first sending created.
+	Token string `json:"token"`
 }
 
 // CreateOutcome says what CreateRollout did with a spec's event.
@@ -260,6 +263,7 @@ func (e *Engine) createChunk(ctx context.Context, fence int64, spec fleetwave.Ro
 		MaxRetries: spec.MaxRetries, BackoffMS: spec.Backoff.Milliseconds(), Observed: max(spec.ObservedVersion, 0),
 		Budget: spec.Budget, BudgetCap: spec.BudgetCap, Supersede: spec.Supersede, Once: spec.Once,
 		Hold: spec.Hold, Items: len(spec.Items), More: more, FillMS: fillGrace.Milliseconds(),
+		Token: e.token(),
 	})
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("encode rollout header: %w", err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"slices"
 	"strings"
@@ -105,8 +106,8 @@ func (h *sentTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // item where its status says), a replayed result never applied twice,
 // and every rollout finished after the drain. A result whose first
 // sending was applied is answered recorded the second time (the agent is
-// answered as the first time); a creation whose answer was lost answers with
-// what the second sending created (nothing).
+// answered as the first time); a creation whose answer was lost answers
+// the second time with the items the first created.
 func TestRandomizedScriptsSentTwice(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		hook := sendTwice(rdb, 1)
@@ -127,12 +128,11 @@ func TestRandomizedLeadersScriptsSentTwice(t *testing.T) {
 	hook.check(t)
 }
 
-// settleCreated is for a run whose scripts were sent twice: a creation
-// whose first sending's answer was dropped answers with the second's,
-// which found the items there and created nothing. It checks that every
-// item an answer named is in a rollout, adds the others to created, and
-// returns every rollout's id.
-func settleCreated(t *testing.T, h *harness, created map[string]bool) []string {
+// namedCreated is for a run whose scripts were sent twice: every item in
+// a rollout was named by a creation's answer, dropped first sendings
+// included (a creation sent again answers what the first created; before,
+// it answered that it created nothing). It returns every rollout's id.
+func namedCreated(t *testing.T, h *harness, created map[string]bool) []string {
 	t.Helper()
 	ids := rolloutIDs(t, h)
 	held := map[string]bool{}
@@ -140,6 +140,9 @@ func settleCreated(t *testing.T, h *harness, created map[string]bool) []string {
 		_, items := h.rollout(id)
 		for _, it := range items {
 			held[it.ID] = true
+			if !created[it.ID] {
+				t.Fatalf("item %s is in rollout %s, and no creation's answer named it", it.ID, id)
+			}
 		}
 	}
 	for id := range created {
@@ -147,14 +150,6 @@ func settleCreated(t *testing.T, h *harness, created map[string]bool) []string {
 			t.Fatalf("item %s was named created and is in no rollout", id)
 		}
 	}
-	lost := 0
-	for id := range held {
-		if !created[id] {
-			created[id] = true
-			lost++
-		}
-	}
-	t.Logf("%d items created by a sending whose answer was dropped", lost)
 	return ids
 }
 
@@ -250,6 +245,48 @@ func TestAPopSentAgainAfterMoreWasQueuedAnswersWhatItPopped(t *testing.T) {
 		if len(as) != 1 || as[0].Item != db[0] || as[0].Delivery != 2 {
 			t.Fatalf("the next poll: %+v, want db's item %s in delivery 2", as, db[0])
 		}
+		h.check()
+	})
+}
+
+// TestACreationSentTwiceAnswersWhatItCreated: every creation's script is
+// sent twice, the first reply dropped. The answer names every item the
+// first sending created, in one script and in chunks; before, the second
+// sending found them there and answered that it created none. The same
+// spec created again (a new creation) creates nothing.
+func TestACreationSentTwiceAnswersWhatItCreated(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		hook := &sentTwice{every: true}
+		rdb.AddHook(hook)
+		for _, n := range []int{3, CreateChunk + 2} {
+			s := spec(fmt.Sprintf("web%d", n), n, fmt.Sprintf("web%d", n), 1, n, 3)
+			res, err := h.e.CreateRolloutResult(h.ctx, h.fence, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Outcome != OutcomeCreated || res.ID == "" || len(res.Items) != n || len(res.Created) != n {
+				t.Fatalf("%d items, each creation sent twice: outcome %q, rollout %q, %d items named, want created, the rollout and all %d",
+					n, res.Outcome, res.ID, len(res.Items), n)
+			}
+			_, items := h.rollout(res.ID)
+			if len(items) != n {
+				t.Fatalf("rollout %s holds %d items, want %d", res.ID, len(items), n)
+			}
+			for i, id := range res.Items {
+				if items[i].ID != id || res.Created[i] != i {
+					t.Fatalf("answer's item %d: %s of spec %d, want %s of spec %d", i, id, res.Created[i], items[i].ID, i)
+				}
+			}
+			again, err := h.e.CreateRolloutResult(h.ctx, h.fence, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again.Outcome != OutcomeNone || len(again.Items) != 0 || again.Rollout != res.ID {
+				t.Fatalf("the same spec created again: outcome %q, %d items in %q, want none in %s", again.Outcome, len(again.Items), again.Rollout, res.ID)
+			}
+		}
+		hook.check(t)
 		h.check()
 	})
 }
