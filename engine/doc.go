@@ -98,6 +98,9 @@
 //	plast:<node>           the node's last pop that found work, for a minute: "<token>\n", then the first
 //	                       delivery number and each entry popped, each after a NUL (the same pop sent again
 //	                       answers it)
+//	clast:<token>          a creation's answer, for a minute, when it created items: the rollout id,
+//	                       the outcome, then each item id and its spec's index, each after a NUL (the same
+//	                       creation sent again answers it)
 //	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)
 //	report                 pub/sub channel: the nodes whose full report a Step made an item await (newline-separated)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after
