@@ -455,7 +455,7 @@ func (e *Engine) leadCompletions(ctx context.Context, own *completion) {
 func (e *Engine) runCompletions(ctx context.Context, batch []*completion) {
 	args := completeHeadRecord.append(make([]any, 0, len(completeHeadRecord.names)+len(resultRecord.names)*len(batch)),
 		completeHead{BackoffBase: e.base.Milliseconds(), BackoffMax: e.max.Milliseconds(), Grace: e.grace.Milliseconds(),
-			DefTimeout: DefaultActionTimeout.Milliseconds(), Limit: batchLimit, Results: len(batch)})
+			DefTimeout: DefaultActionTimeout.Milliseconds(), Limit: batchLimit, Results: len(batch), Token: e.token()})
 	for _, c := range batch {
 		args = resultRecord.append(args, c.args)
 	}

@@ -236,6 +236,9 @@ type completeHead struct {
 	DefTimeout  int64 `arg:"def_timeout"`
 	Limit       int   `arg:"limit"`
 	Results     int   `arg:"results"`
+	// Token names this one group (Engine.token): the same group sent again
+	// by the Redis client answers each result as the first sending did.
+	Token string `arg:"token"`
 }
 
 // resultArg is one agent result of complete.lua (see resultArgs).

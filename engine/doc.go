@@ -101,6 +101,8 @@
 //	clast:<token>          a creation's answer, for a minute, when it created items: the rollout id,
 //	                       the outcome, then each item id and its spec's index, each after a NUL (the same
 //	                       creation sent again answers it)
+//	cdone:<token>          a group of results' statuses, for a minute, each after a NUL (the same group
+//	                       sent again answers them)
 //	ready                  pub/sub channel: the nodes a script queued attempts for (newline-separated)
 //	report                 pub/sub channel: the nodes whose full report a Step made an item await (newline-separated)
 //	deadlines, retry       zsets of open attempts by deadline, of retrying items by retry_after

@@ -59,9 +59,6 @@ type harness struct {
 	// chunks are the chunks each rollout's last read returned, with a
 	// copy of them: the engine must never write a chunk it returned
 	chunks map[string]returnedChunks
-	// resent: the client sends scripts twice (sentTwice), so a result
-	// may be answered recorded after its first sending applied it
-	resent bool
 }
 
 // returnedChunks are the chunks of one RolloutChunks and a deep copy.
@@ -147,8 +144,7 @@ func (h *harness) poll(node string) []fleetwave.Attempt {
 func (h *harness) complete(a fleetwave.Attempt, class fleetwave.ResultClass) {
 	h.t.Helper()
 	res := resultOf(a, class)
-	// a result sent twice answers, the second time, that it was recorded
-	if err := h.e.Complete(h.ctx, a.Node, res); err != nil && !(h.resent && errors.Is(err, ErrResultRecorded)) {
+	if err := h.e.Complete(h.ctx, a.Node, res); err != nil {
 		h.t.Fatal(err)
 	}
 	h.check()

@@ -34,7 +34,6 @@ func TestRandomized(t *testing.T) {
 func randomRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, resent bool) {
 	rng := rand.New(rand.NewSource(seed))
 	h := newHarness(t, rdb, WithBackoff(5*time.Second, 40*time.Second), WithRand(rand.New(rand.NewSource(seed))))
-	h.resent = resent
 	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
 	blocks := []string{"a", "b"}
 	created := map[string]bool{}           // item ids
@@ -294,7 +293,6 @@ type contender struct {
 func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, resent bool) {
 	rng := rand.New(rand.NewSource(seed))
 	h := newHarness(t, rdb, WithBackoff(5*time.Second, 40*time.Second), WithRand(rand.New(rand.NewSource(seed))))
-	h.resent = resent
 	const ttl = 30 * time.Second
 	build := func() *Engine {
 		e := New(rdb, WithClock(h.clk), WithPrefix("test"), WithBackoff(5*time.Second, 40*time.Second),
@@ -456,7 +454,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 					continue // result lost
 				}
 				res := resultOf(a, class)
-				if err := c.e.Complete(h.ctx, n, res); err != nil && !errors.Is(err, ErrStaleAttempt) && !(resent && errors.Is(err, ErrResultRecorded)) {
+				if err := c.e.Complete(h.ctx, n, res); err != nil && !errors.Is(err, ErrStaleAttempt) {
 					t.Fatal(err)
 				}
 			}
@@ -556,7 +554,7 @@ func leaderRun(t *testing.T, rdb redis.UniversalClient, seed int64, ops int, res
 				t.Fatal(err)
 			}
 			for _, a := range as {
-				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil && !(resent && errors.Is(err, ErrResultRecorded)) {
+				if err := lead.e.Complete(h.ctx, n, resultOf(a, fleetwave.ResultSuccess)); err != nil {
 					t.Fatal(err)
 				}
 			}
