@@ -149,10 +149,11 @@ func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64)
 	return poppedOf(v), nil
 }
 
-// token names one pop or creation: unique to this Engine (whatever other
-// hubs do), and the same when the Redis client sends that script again
-// after its answer was late or lost (pop.lua and create_rollout.lua then
-// answer what the first sending did).
+// token names one pop, creation or group of results: unique to this
+// Engine (whatever other hubs do), and the same when the Redis client
+// sends that script again after its answer was late or lost (pop.lua,
+// create_rollout.lua and complete.lua then answer what the first sending
+// did).
 func (e *Engine) token() string {
 	return e.tokenID + "." + strconv.FormatUint(e.tokens.Add(1), 36)
 }

@@ -192,7 +192,8 @@ type Engine struct {
 
 	cq  completions // results waiting to be committed together (Complete)
 	mux mux         // Polls waiting for their queue (deliver.go)
-	// tokenID and tokens make each pop's and creation's token (token)
+	// tokenID and tokens make the token of each pop, creation and group
+	// of results (token)
 	tokenID string
 	tokens  atomic.Uint64
 	// wanted hears the nodes whose report an item awaits (WithReportWanted)

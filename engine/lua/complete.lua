@@ -30,19 +30,15 @@
 -- result (attempt, fence, class, exit code) was recorded before, by
 -- another group (an agent that sent it again after a lost answer).
 -- The group keeps its statuses for a minute under its token (cdone:<token>,
--- each after a NUL): the Redis client sends a script again when its reply
--- is late, and the same group sent again answers each result as the first
+-- keep_answer): the Redis client sends a script again when its reply is
+-- late, and the same group sent again answers each result as the first
 -- sending did ('ok', where it would find each applied result recorded),
 -- with no rollout completed, attempt dispatched or event (the first's).
 local TOKEN = ARGV[CA.token]
 if TOKEN ~= '' then
-  local kept = redis.call('GET', P .. 'cdone:' .. TOKEN)
+  local kept = kept_answer(P .. 'cdone:' .. TOKEN, {})
   if kept then
-    local st = {}
-    for v in string.gmatch(kept, '%z([^%z]*)') do
-      st[#st + 1] = v
-    end
-    return { 'ok', 0, 0, {}, st }
+    return { 'ok', 0, 0, {}, kept }
   end
 end
 local BASE, MAXB = tonumber(ARGV[CA.backoff_base]), tonumber(ARGV[CA.backoff_max])
@@ -200,12 +196,6 @@ for _, rid in ipairs(rids) do
 end
 bump()
 if TOKEN ~= '' then
-  -- joined in parts: one table.concat of many entries overflows the
-  -- embedded Redis's Lua registry
-  local parts = {}
-  for lo = 1, #statuses, 256 do
-    parts[#parts + 1] = table.concat(statuses, '\0', lo, math.min(lo + 255, #statuses))
-  end
-  redis.call('SET', P .. 'cdone:' .. TOKEN, '\0' .. table.concat(parts, '\0'), 'PX', '60000')
+  keep_answer(P .. 'cdone:' .. TOKEN, statuses, 1)
 end
 return { 'ok', completed, WV.dispatched, WV.events, statuses }

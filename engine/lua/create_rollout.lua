@@ -24,21 +24,17 @@
 -- takes no more items).
 local H = cjson.decode(ARGV[CH.header])
 -- A creation that creates items keeps its answer for a minute under its
--- token (clast:<token>: the answer's entries past 'ok', each after a
--- NUL, which no id holds): the Redis client sends a script again when its
--- reply is late, and the second sending, finding the items there, answered
--- that it created none (or, the fence deposed meanwhile, stale_fence). The
--- same creation sent again answers what the first created, before any
--- check: the first ran under a fence that held then.
+-- token (clast:<token>: the answer past 'ok', keep_answer): the Redis
+-- client sends a script again when its reply is late, and the second
+-- sending, finding the items there, answered that it created none (or,
+-- the fence deposed meanwhile, stale_fence). The same creation sent again
+-- answers what the first created, before any check: the first ran under a
+-- fence that held then.
 local token = H.token or ''
 if token ~= '' then
-  local kept = redis.call('GET', P .. 'clast:' .. token)
+  local kept = kept_answer(P .. 'clast:' .. token, { 'ok' })
   if kept then
-    local out = { 'ok' }
-    for v in string.gmatch(kept, '%z([^%z]*)') do
-      out[#out + 1] = v
-    end
-    return out
+    return kept
   end
 end
 if not check_fence() then
@@ -410,12 +406,6 @@ if changed then
   bump()
 end
 if token ~= '' and #out > 3 then
-  -- joined in parts: one table.concat of thousands of entries overflows
-  -- the embedded Redis's Lua registry
-  local parts = {}
-  for lo = 2, #out, 256 do
-    parts[#parts + 1] = table.concat(out, '\0', lo, math.min(lo + 255, #out))
-  end
-  redis.call('SET', P .. 'clast:' .. token, '\0' .. table.concat(parts, '\0'), 'PX', '60000')
+  keep_answer(P .. 'clast:' .. token, out, 2)
 end
 return out

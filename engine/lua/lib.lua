@@ -142,6 +142,32 @@ local function call_chunked(cmd, key, l)
   return n
 end
 
+-- keep_answer keeps entries from.. of list l under key for a minute, each
+-- after a NUL (no entry holds one), for a script the Redis client sends
+-- again (its reply late) to answer what the first sending did. Joined in
+-- parts: one table.concat of thousands of entries overflows the embedded
+-- Redis's Lua registry.
+local function keep_answer(key, l, from)
+  local parts = {}
+  for i = from, #l, 256 do
+    parts[#parts + 1] = table.concat(l, '\0', i, math.min(i + 255, #l))
+  end
+  redis.call('SET', key, '\0' .. table.concat(parts, '\0'), 'PX', '60000')
+end
+
+-- kept_answer appends the entries keep_answer kept under key to list l and
+-- returns it, or returns nil when none are kept.
+local function kept_answer(key, l)
+  local kept = redis.call('GET', key)
+  if not kept then
+    return nil
+  end
+  for v in string.gmatch(kept, '%z([^%z]*)') do
+    l[#l + 1] = v
+  end
+  return l
+end
+
 local function lane_count(kind, lane, n)
   if n ~= 0 then
     local f = kind .. ':' .. (lane or '')
