@@ -56,7 +56,7 @@ func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.D
 		}
 		var p popped
 		w := e.look(ctx, node, max, wait, delivered, &p)
-		if w != nil && len(p.raw) == 0 && p.err == nil && w.await(ctx, end.Sub(wall.Now()), &p) {
+		if w != nil && len(p.raw) == 0 && p.err == nil && !p.woken && w.await(ctx, end.Sub(wall.Now()), &p) {
 			w = nil // claimed: p is what the mux popped for it
 		}
 		if out, done, err := e.settle(ctx, node, w, &p, wait, end); done {
@@ -68,6 +68,15 @@ func (e *Engine) PollWith(ctx context.Context, node string, max int, wait time.D
 // look registers a waiter for node when the poll may wait (before looking:
 // an attempt queued after the look is announced to it), then pops node's
 // queue into p itself unless the mux says it has missed nothing.
+//
+// A look also asks whether an item of node awaits its full report (its
+// attempt's result lost or late): the announcement of such nodes on
+// "fw{p}:report" reaches only the Engines subscribed when it is made, and
+// a look comes exactly when this one may have missed it (the first poll
+// of the node since the subscription was confirmed). The callback of
+// WithReportWanted then learns node, and the poll ends at once, as if
+// woken (once a minute at most: askNow), so its agent is asked for the
+// report now.
 func (e *Engine) look(ctx context.Context, node string, max int, wait time.Duration, delivered int64, p *popped) *waiter {
 	var w *waiter
 	look := true
@@ -79,6 +88,10 @@ func (e *Engine) look(ctx context.Context, node string, max int, wait time.Durat
 		got, err := e.pop(ctx, node, max, delivered)
 		*p = got
 		p.err = err
+		if got.report && e.wanted != nil {
+			e.wanted([]string{node})
+			p.woken = e.askNow(node)
+		}
 	}
 	return w
 }
@@ -142,11 +155,13 @@ func (e *Engine) pop(ctx context.Context, node string, max int, delivered int64)
 		return popped{}, err
 	}
 	defer release()
-	_, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered, Token: e.token()})...)
+	st, v, err := e.run(ctx, "pop", "", e.nowMS(), popRecord.append(nil, popArgs{Node: node, Max: max, Delivered: delivered, Token: e.token(), Ask: e.wanted != nil})...)
 	if err != nil {
 		return popped{}, err
 	}
-	return poppedOf(v), nil
+	p := poppedOf(v)
+	p.report = st == "report"
+	return p, nil
 }
 
 // token names one pop, creation or group of results: unique to this

@@ -352,4 +352,7 @@ type popArgs struct {
 	Max       int    `arg:"max"`
 	Delivered int64  `arg:"delivered"`
 	Token     string `arg:"token"`
+	// Ask asks whether an item of the node awaits its full report (a
+	// Poll's own look: see Engine.look).
+	Ask bool `arg:"ask"`
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -82,6 +83,9 @@ type popped struct {
 	first int64 // the first entry's delivery number, the next ones following it (pop.lua)
 	err   error
 	woken bool
+	// report: an item of the node awaits its full report (a Poll's own
+	// look asked: popArgs.Ask)
+	report bool
 }
 
 // mux is the Engine's delivery multiplexer (see above). Its waiting Polls
@@ -114,6 +118,7 @@ type muxShard struct {
 	looked    map[string]int       // node -> epoch its queue was last looked at in
 	unclaimed map[string]bool      // nodes announced while none of their Polls waited
 	woken     map[string]bool      // nodes woken while none of their Polls waited
+	asked     map[string]time.Time // nodes a look ended a Poll of for their report, when (askNow)
 }
 
 // ready makes the shard's maps on its first use; its lock held.
@@ -123,6 +128,7 @@ func (sh *muxShard) ready() {
 		sh.looked = map[string]int{}
 		sh.unclaimed = map[string]bool{}
 		sh.woken = map[string]bool{}
+		sh.asked = map[string]time.Time{}
 	}
 }
 
@@ -205,6 +211,35 @@ func (e *Engine) register(w *waiter) bool {
 		m.ctl.Unlock()
 	}
 	return look
+}
+
+// lookAskEvery bounds how often a look ends a Poll of one node at once
+// because an item of the node awaits its report: while the subscription
+// is down every Poll looks, and an item the report does not settle (a
+// one-shot waiting for a later one) would end each of them.
+const lookAskEvery = time.Minute
+
+// askNow says whether a Poll of node, whose look found an item awaiting
+// the node's report, ends at once: once per lookAskEvery per node.
+func (e *Engine) askNow(node string) bool {
+	var wall clock.Real
+	now := wall.Now()
+	sh := e.mux.shard(node)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.ready()
+	if at, ok := sh.asked[node]; ok && now.Sub(at) < lookAskEvery {
+		return false
+	}
+	if len(sh.asked) >= 1024 {
+		for n, at := range sh.asked {
+			if now.Sub(at) >= lookAskEvery {
+				delete(sh.asked, n)
+			}
+		}
+	}
+	sh.asked[node] = now
+	return true
 }
 
 // unregister removes w unless the mux claimed it; it reports whether it

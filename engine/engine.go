@@ -146,6 +146,9 @@ func WithAgentCalls(n int) Option { return func(o *options) { o.agentCalls = n }
 // show), as any leader's Step announces them to every Engine on the same
 // Redis while Polls wait on it; the Engine then ends those nodes' waiting
 // Polls (Wake). The leader's own Step also returns them (AwaitingReport).
+// An Engine that missed the announcement (no Poll waited on it, or its
+// subscription was down) calls wanted with a node when a Poll of it looks
+// at its queue and finds such an item (see look).
 func WithReportWanted(wanted func(nodes []string)) Option {
 	return func(o *options) { o.wanted = wanted }
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -1760,6 +1761,84 @@ func TestAReportWantedReachesEveryEngine(t *testing.T) {
 		case err := <-polled["n1"]:
 			t.Fatalf("n1's poll ended at n2's announcement: %v", err)
 		default:
+		}
+	})
+}
+
+// TestAnEngineThatMissedTheAnnouncementAsksAtTheNodesNextPoll: the
+// follower's Engine holds no Poll, so it does not follow the
+// announcements, when the leader's Step makes n2's item await n2's
+// report. n2's next Poll there ends at once all the same, and the
+// callback of WithReportWanted learns n2: the Poll's own look asks
+// whether an item of its node awaits a report. Before, the follower never
+// learnt, and n2's agent reported at its usual interval. A Poll of a node
+// with nothing awaiting waits as before, and so does n2's next Poll
+// within the minute (a look comes with every Poll while the subscription
+// is down).
+func TestAnEngineThatMissedTheAnnouncementAsksAtTheNodesNextPoll(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		h := newHarness(t, rdb)
+		var mu sync.Mutex
+		var heard []string
+		follower := New(rdb, WithClock(h.clk), WithPrefix("test"), WithReportWanted(func(nodes []string) {
+			mu.Lock()
+			heard = append(heard, nodes...)
+			mu.Unlock()
+		}))
+		if err := follower.Load(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+		heardNow := func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(heard)
+		}
+		h.create(spec("web", 2, "web", 1, 2, 3))
+		h.step()
+		var n1 fleetwave.Attempt
+		for _, n := range []string{"n1", "n2"} {
+			as := h.poll(n)
+			if len(as) != 1 {
+				t.Fatalf("%s polled %v", n, ids(as))
+			}
+			if n == "n1" {
+				n1 = as[0]
+			}
+		}
+		h.complete(n1, fleetwave.ResultSuccess)
+		h.clk.Advance(time.Minute + DefaultDeliveryGrace)
+		if res := h.step(); !slices.Equal(res.AwaitingReport, []string{"n2"}) {
+			t.Fatalf("the leader's Step awaits %v, want [n2]", res.AwaitingReport)
+		}
+		if got := heardNow(); len(got) != 0 {
+			t.Fatalf("the follower heard %v before any poll, want nothing (it follows no announcement)", got)
+		}
+		// n2's agent polls the follower, for up to an hour
+		ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+		defer cancel()
+		as, err := follower.Poll(ctx, "n2", 5, time.Hour)
+		if err != nil {
+			t.Fatalf("n2's poll on the follower: %v (it waited instead of ending for the report)", err)
+		}
+		if len(as) != 0 {
+			t.Fatalf("n2's poll on the follower handed out %v", ids(as))
+		}
+		if got := heardNow(); !slices.Equal(got, []string{"n2"}) {
+			t.Fatalf("the follower heard %v, want [n2]", got)
+		}
+		// n1 awaits nothing; n2 was asked less than a minute ago: both wait
+		for _, n := range []string{"n1", "n2"} {
+			const wait = 300 * time.Millisecond
+			start := time.Now()
+			if as, err := follower.Poll(h.ctx, n, 5, wait); err != nil || len(as) != 0 {
+				t.Fatalf("%s's next poll: %v %v", n, ids(as), err)
+			}
+			if took := time.Since(start); took < wait {
+				t.Fatalf("%s's next poll ended after %v, before its wait of %v", n, took, wait)
+			}
+		}
+		if got := heardNow(); slices.Contains(got, "n1") {
+			t.Fatalf("the follower heard %v, want no n1", got)
 		}
 	})
 }

@@ -472,7 +472,9 @@ const reportAskEvery = time.Minute
 // observations hold nothing of a node the snapshot knows (Redis lost its
 // data, or the agent never reported). The answer is asked once per
 // reportAskEvery per node, so an agent that cannot report is not kept
-// busy. In memory: every poll asks, and only the leader, whose Step makes
-// items ambiguous, knows the first reason (a node that polls a follower
-// settles its items with its next periodic report).
+// busy. In memory: every poll asks. The first reason comes from the
+// engine (engine.WithReportWanted): the leader's Step, which makes items
+// ambiguous, announces their nodes to every replica, and a replica that
+// missed the announcement learns it at the node's next poll that looks in
+// Redis.
 func (h *Hub) WantsReport(node string) bool { return h.asks.wants(node, time.Now()) }

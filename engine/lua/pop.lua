@@ -9,7 +9,8 @@
 -- stopped part way through one, finds what it did not take (resume in
 -- deliver.go). Runs without lib.lua: it runs for every poll that finds
 -- work. Returns {'ok', first number, entries...}, or {'ok', 0} when the
--- queue is empty.
+-- queue is empty; the status word is 'report' instead when ask is 1 and
+-- an item of the node awaits its full report (amb:<node> holds one).
 -- Numbers go to Redis as strings: a Lua number is formatted as a float
 -- (%.14g), which costs more than the rest of a command's arguments.
 -- A pop that finds work keeps its answer for a minute (plast:<node>: its
@@ -27,11 +28,15 @@ local node, delivered = ARGV[PO.node], tonumber(ARGV[PO.delivered])
 local token = ARGV[PO.token]
 local dlv = P .. 'dlv:' .. node
 local last = P .. 'plast:' .. node
+local status = 'ok'
+if ARGV[PO.ask] == '1' and redis.call('EXISTS', P .. 'amb:' .. node) == 1 then
+  status = 'report'
+end
 if delivered > 0 then
   redis.call('ZREMRANGEBYSCORE', dlv, '-inf', ARGV[PO.delivered])
 end
 if token ~= '' and redis.call('GETRANGE', last, 0, #token) == token .. '\n' then
-  local out = { 'ok' }
+  local out = { status }
   for v in string.gmatch(string.sub(redis.call('GET', last), #token + 2), '%z([^%z]*)') do
     out[#out + 1] = v
   end
@@ -40,7 +45,7 @@ if token ~= '' and redis.call('GETRANGE', last, 0, #token) == token .. '\n' then
 end
 local raw = redis.call('LPOP', P .. 'q:' .. node, ARGV[PO.max])
 if not raw then
-  return { 'ok', 0 }
+  return { status, 0 }
 end
 local first = redis.call('INCRBY', P .. 'dseq:' .. node, string.format('%d', #raw)) - #raw + 1
 if first <= delivered then
@@ -57,4 +62,4 @@ redis.call('EXPIRE', dlv, '604800')
 if token ~= '' then
   redis.call('SET', last, token .. '\n\0' .. string.format('%d', first) .. '\0' .. table.concat(raw, '\0'), 'PX', '60000')
 end
-return { 'ok', first, unpack(raw) }
+return { status, first, unpack(raw) }
