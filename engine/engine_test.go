@@ -1690,6 +1690,25 @@ func TestAWaveTakesMaxConcurrentItemsAboveAThousand(t *testing.T) {
 	}
 }
 
+// bothPolled creates a rollout over n1 and n2, starts its wave and takes
+// both attempts on h's Engine; it returns n1's.
+func bothPolled(t *testing.T, h *harness) fleetwave.Attempt {
+	t.Helper()
+	h.create(spec("web", 2, "web", 1, 2, 3))
+	h.step()
+	var n1 fleetwave.Attempt
+	for _, n := range []string{"n1", "n2"} {
+		as := h.poll(n)
+		if len(as) != 1 {
+			t.Fatalf("%s polled %v", n, ids(as))
+		}
+		if n == "n1" {
+			n1 = as[0]
+		}
+	}
+	return n1
+}
+
 // TestAReportWantedReachesEveryEngine: a Step that makes an item
 // ambiguous announces its node on Redis, so that another Engine (another
 // hub replica, where the node's agent holds its poll) learns that the
@@ -1704,18 +1723,7 @@ func TestAReportWantedReachesEveryEngine(t *testing.T) {
 		if err := follower.Load(h.ctx); err != nil {
 			t.Fatal(err)
 		}
-		h.create(spec("web", 2, "web", 1, 2, 3))
-		h.step()
-		var n1 fleetwave.Attempt
-		for _, n := range []string{"n1", "n2"} {
-			as := h.poll(n)
-			if len(as) != 1 {
-				t.Fatalf("%s polled %v", n, ids(as))
-			}
-			if n == "n1" {
-				n1 = as[0]
-			}
-		}
+		n1 := bothPolled(t, h)
 		// n1's and n2's agents poll the follower now, and wait there
 		polled := map[string]chan error{}
 		for _, n := range []string{"n1", "n2"} {
@@ -1793,18 +1801,7 @@ func TestAnEngineThatMissedTheAnnouncementAsksAtTheNodesNextPoll(t *testing.T) {
 			defer mu.Unlock()
 			return slices.Clone(heard)
 		}
-		h.create(spec("web", 2, "web", 1, 2, 3))
-		h.step()
-		var n1 fleetwave.Attempt
-		for _, n := range []string{"n1", "n2"} {
-			as := h.poll(n)
-			if len(as) != 1 {
-				t.Fatalf("%s polled %v", n, ids(as))
-			}
-			if n == "n1" {
-				n1 = as[0]
-			}
-		}
+		n1 := bothPolled(t, h)
 		h.complete(n1, fleetwave.ResultSuccess)
 		h.clk.Advance(time.Minute + DefaultDeliveryGrace)
 		if res := h.step(); !slices.Equal(res.AwaitingReport, []string{"n2"}) {
