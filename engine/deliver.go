@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleetwave/fleetwave/internal/clock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetwave/fleetwave/internal/clock"
 )
 
 // Delivery. Attempts wait in their node's queue (q:<node>), each as the
