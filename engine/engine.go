@@ -34,8 +34,9 @@ var (
 	ErrStaleAttempt = errors.New("stale attempt")
 	// ErrResultRecorded is no failure: the same result (attempt, fence,
 	// class and exit code) was recorded before and nothing changed. An
-	// agent sends a result again when its answer was lost, and so does
-	// the Redis client a script whose reply came late.
+	// agent sends a result again when its answer was lost. (A group of
+	// results the Redis client sends again, its reply late, answers as its
+	// first sending did for a minute, and only after that with this.)
 	ErrResultRecorded = errors.New("result recorded before")
 	// ErrWrongNode: the attempt belongs to another node.
 	ErrWrongNode = errors.New("attempt of another node")

@@ -66,7 +66,8 @@ local function result(b)
     if it.last_attempt == aid and it.a_fence == ARGV[b + RF.fence]
         and (it.a_state == 'done' or it.a_state == 'disagree') then
       -- this very result, recorded before (an agent whose answer was
-      -- lost, a script sent again): answered as the first, nothing changed
+      -- lost; a group sent again after its kept answer expired): answered
+      -- as the first, nothing changed
       local rec = redis.call('HMGET', k_i(id), 'last_class', 'a_exit')
       if rec[1] == class and rec[2] == ARGV[b + RF.exit_code] then
         return 'recorded'
