@@ -171,6 +171,9 @@ type Hub struct {
 	// whatever (the last one, at shutdown).
 	nodesPerWrite int
 	nodesAll      bool
+	// nodesYielded says the last write left the nodes' documents to the
+	// next one because its rollouts' parts took its share (partsTake).
+	nodesYielded bool
 	// nodesLeftOut are the nodes whose documents the last write left for
 	// a later one (nodesPerWrite), in the order they were first left: the
 	// next write builds them first, in that order.

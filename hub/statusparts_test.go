@@ -229,3 +229,78 @@ func (c *cutAfterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return err
 	}
 }
+
+// TestAWriteThatBuildsManyPartsLeavesTheNodesToTheNext: a status write
+// that builds the parts of at least nodesPerWrite items (the first write
+// after a large rollout was created) commits the rollout's document and
+// parts and leaves the nodes' documents, due, to the next write, which
+// commits them although nothing else changed; a write that builds fewer
+// parts' items builds the nodes' documents with them, and one write never
+// leaves them twice for that (real redis-server, real mirror and remote).
+func TestAWriteThatBuildsManyPartsLeavesTheNodesToTheNext(t *testing.T) {
+	url := gittest.NewRemote(t, map[string]string{"README.md": "fleet\n"})
+	h, clk, fence := statusHub(t, url)
+	ctx := context.Background()
+	h.nodesPerWrite = 2000 // the rollout's 2,500 items take a write's share
+	// a node of the first wave, and one of the last part
+	for _, node := range []string{"n0001", "n2000"} {
+		if err := h.eng.Report(ctx, fleetwave.Report{Node: node, SentAt: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statusFile := func(p string) (string, bool) { return gittest.ReadFileAt(t, url, "fleetwave/status", p) }
+	nodeDoc, lateDoc := status.NodePath("n0001"), status.NodePath("n2000")
+	h.statusStep(ctx)
+	if node, ok := statusFile(nodeDoc); !ok || strings.Contains(node, "web.") {
+		t.Fatalf("before the rollout: %s committed %v, listing no item:\n%.800s", nodeDoc, ok, node)
+	}
+
+	id, _, err := h.eng.CreateRollout(ctx, fence, webSpec(2500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.statusStep(ctx)
+	for part := 1; part <= 3; part++ {
+		if _, ok := statusFile(status.RolloutPartPath(id, part)); !ok {
+			t.Fatalf("the write after the creation: part %d not committed", part)
+		}
+	}
+	if node, _ := statusFile(nodeDoc); strings.Contains(node, id+".2") || !h.nodesOwed {
+		t.Fatalf("the write that built 2,500 items' parts built the nodes' documents too (owed: %v):\n%.800s", h.nodesOwed, node)
+	}
+	h.statusStep(ctx)
+	if node, _ := statusFile(nodeDoc); !strings.Contains(node, id+".2") || h.nodesOwed {
+		t.Fatalf("the next write, nothing else changed: %s does not list its waiting item %s.2 (owed: %v):\n%.800s", nodeDoc, id, h.nodesOwed, node)
+	}
+
+	// a write that builds one part (the first wave dispatched): the
+	// nodes' documents with it
+	report := func(node, version string) {
+		t.Helper()
+		clk.Advance(time.Second)
+		if err := h.eng.Report(ctx, fleetwave.Report{Node: node, SentAt: clk.Now(), AgentVersion: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.engineStep(ctx)
+	report("n0001", "2.0.0")
+	h.statusStep(ctx)
+	if node, _ := statusFile(nodeDoc); !strings.Contains(node, "2.0.0") || h.nodesOwed {
+		t.Fatalf("a write that built one part left the nodes' documents (owed: %v):\n%.800s", h.nodesOwed, node)
+	}
+
+	// a write that builds every part again (this hub forgot the parts it
+	// built) leaves the nodes' documents, and the next one, which builds
+	// every part again too, builds them anyway
+	report("n2000", "3.0.0")
+	h.partItems = nil
+	h.statusStep(ctx)
+	if node, _ := statusFile(lateDoc); strings.Contains(node, "3.0.0") || !h.nodesOwed {
+		t.Fatalf("a write that built every part again built the nodes' documents (owed: %v):\n%.800s", h.nodesOwed, node)
+	}
+	h.partItems = nil
+	h.statusStep(ctx)
+	if node, _ := statusFile(lateDoc); !strings.Contains(node, "3.0.0") || h.nodesOwed {
+		t.Fatalf("the second write in a row that built every part left the nodes' documents again (owed: %v):\n%.800s", h.nodesOwed, node)
+	}
+}
