@@ -104,9 +104,9 @@ func (h *sentTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // twice: the same invariants after every operation (in flight within
 // max_concurrent, one active item per instance, counters exact, every
 // item where its status says), a replayed result never applied twice,
-// and every rollout finished after the drain. A result whose first
-// sending was applied is answered recorded the second time (the agent is
-// answered as the first time); a creation whose answer was lost answers
+// and every rollout finished after the drain. A group of results sent
+// again answers each result as its first sending did (never recorded, for
+// a result the run sent once); a creation whose answer was lost answers
 // the second time with the items the first created.
 func TestRandomizedScriptsSentTwice(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {

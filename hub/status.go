@@ -238,8 +238,8 @@ const nodesPerWrite = 20_000
 // them whatever it builds, and the write pace follows each write's
 // duration, so they come one write later. At 100,000 nodes the first
 // write after a rollout over every node was created builds its 100 parts;
-// with 20,000 nodes' documents besides it took 4.4-8.7 s, the slowest
-// write of every run.
+// with 20,000 nodes' documents besides it was one run's slowest write
+// (4.35 s, 20,102 files; 102 without them).
 func (h *Hub) partsTake(items int) bool {
 	return h.nodesPerWrite > 0 && items >= h.nodesPerWrite && !h.nodesAll && !h.nodesYielded
 }

@@ -405,6 +405,7 @@ flush()
 if changed then
   bump()
 end
+-- items created: entries past 'ok', the rollout id and the outcome
 if token ~= '' and #out > 3 then
   keep_answer(P .. 'clast:' .. token, out, 2)
 end
